@@ -1,0 +1,35 @@
+# Two commands set everything up on a fresh clone:
+#   make demo   create .venv, install geomjax[dev], run the showcase
+#   make test   same environment (created if missing), lint + format check, pytest
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.geomjax-installed
+
+.PHONY: demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/geomjax demo
+
+test: $(STAMP) lint
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(STAMP)
+	$(VENV)/bin/geomjax bench all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results

@@ -1,0 +1,21 @@
+"""geomjax: differentiable geometric mechanics in JAX.
+
+Lie groups (:mod:`geomjax.lie`), structure-preserving integrators (:mod:`geomjax.integrators`),
+mechanical systems (:mod:`geomjax.systems`), Riemannian and constrained mechanics
+(:mod:`geomjax.riemann`) and gradient-based control (:mod:`geomjax.control`).
+
+Nothing is jitted at import time.  float64 is not switched on for you: call
+``jax.config.update("jax_enable_x64", True)`` for double precision.
+"""
+
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
+
+try:
+    __version__ = _version("geomjax")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["SE2", "SE3", "SO2", "SO3", "LieGroup", "Rn", "Tn", "__version__"]

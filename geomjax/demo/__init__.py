@@ -1,0 +1,45 @@
+"""The showcase behind ``geomjax demo``: one section per capability, each printing the checks it
+makes (against closed forms or conservation laws) and writing its plots."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from . import lie
+
+#: section name -> module with ``run(out: Path, fast: bool) -> list[Check]``
+SECTIONS = {
+    "lie": lie,
+}
+
+
+def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -> int:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = sections or list(SECTIONS)
+    failed = 0
+    for name in names:
+        if name not in SECTIONS:
+            raise SystemExit(
+                f"geomjax demo: unknown section {name!r}; choose from {list(SECTIONS)}"
+            )
+        t0 = time.perf_counter()
+        print(f"\n=== {name} " + "=" * (70 - len(name)))
+        checks = SECTIONS[name].run(out, fast)
+        for c in checks:
+            print(c.line())
+            failed += not c.ok
+        print(f"--- {name}: {time.perf_counter() - t0:.1f} s")
+    print(f"\nplots written to {out.resolve()}")
+    if failed:
+        print(f"{failed} check(s) FAILED")
+        return 1
+    print("all checks passed")
+    return 0

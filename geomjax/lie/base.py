@@ -1,0 +1,218 @@
+"""The group interface every integrator in geomjax is written against.
+
+A group is a field-less (or static-field-only) :class:`equinox.Module`, so it is a pytree with no
+leaves: it can be stored in a system, passed through ``jit`` and compared/hashed.  All methods are
+pure functions of arrays and broadcast over *leading* axes: an element of SO(3) is an array of
+shape ``(..., 3, 3)``, a Lie algebra vector one of shape ``(..., dim)``.
+
+Conventions (see ``shared/notes/conventions.md``):
+
+* left trivialization, body velocity ``xi = g^{-1} dg/dt``;
+* Jacobians as in Solà, Deray & Atchuthan, *A micro Lie theory* (2018):
+  ``exp(xi + d) ~ exp(xi) exp(J_r(xi) d) ~ exp(J_l(xi) d) exp(xi)``;
+* ``coad(xi, mu) = ad(xi)^T mu``.  The Euler–Poincaré equation of a left-invariant Lagrangian with
+  momentum ``mu = dl/dxi`` then reads ``dmu/dt = coad(xi, mu)`` (on SO(3): ``dPi/dt = Pi x Omega``).
+"""
+
+from __future__ import annotations
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._math import as_float
+
+__all__ = ["LieGroup", "check_shape"]
+
+
+def check_shape(x, trailing: tuple[int, ...], name: str, where: str):
+    """Convert ``x`` to a float array and check that it ends with ``trailing`` axes.
+
+    Raises a ``ValueError`` naming the argument (shapes are static, so this also works under jit).
+    """
+    x = as_float(x)
+    n = len(trailing)
+    if x.ndim < n or tuple(x.shape[x.ndim - n :]) != tuple(trailing):
+        want = "(..., " + ", ".join(str(t) for t in trailing) + ")"
+        raise ValueError(f"{where}: argument '{name}' must have shape {want}, got {tuple(x.shape)}")
+    return x
+
+
+def _is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+class LieGroup(eqx.Module):
+    """Abstract Lie group G with Lie algebra g ≅ R^dim.
+
+    Concrete groups provide the abstract methods below; ``coad``, ``jac_left``, ``jac_left_inv``,
+    ``between``, ``rplus``, ``rminus``, ``interpolate``, ``is_member`` and ``check`` are derived.
+    """
+
+    # --- sizes -----------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """Dimension of the group (= of the Lie algebra coordinates)."""
+
+    @property
+    @abc.abstractmethod
+    def matrix_dim(self) -> int:
+        """Size n of the n×n matrices returned by ``to_matrix`` / ``hat``."""
+
+    @property
+    @abc.abstractmethod
+    def element_shape(self) -> tuple[int, ...]:
+        """Trailing shape of one group element as stored (e.g. ``(3, 3)`` for SO(3))."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    # --- group structure -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def identity(self, batch_shape: tuple[int, ...] = (), dtype=None) -> jax.Array:
+        """Identity element, broadcast to ``batch_shape + element_shape``."""
+
+    @abc.abstractmethod
+    def compose(self, g, h) -> jax.Array:
+        """Group product ``g · h``."""
+
+    @abc.abstractmethod
+    def inverse(self, g) -> jax.Array:
+        """Group inverse ``g^{-1}``."""
+
+    @abc.abstractmethod
+    def act(self, g, p) -> jax.Array:
+        """Action of ``g`` on points ``p`` of the space the group naturally acts on."""
+
+    # --- algebra -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def hat(self, xi) -> jax.Array:
+        """Coordinates ``(..., dim)`` → Lie algebra matrix ``(..., n, n)``."""
+
+    @abc.abstractmethod
+    def vee(self, X) -> jax.Array:
+        """Lie algebra matrix ``(..., n, n)`` → coordinates ``(..., dim)`` (inverse of ``hat``)."""
+
+    @abc.abstractmethod
+    def exp(self, xi) -> jax.Array:
+        """Exponential map g → G."""
+
+    @abc.abstractmethod
+    def log(self, g) -> jax.Array:
+        """Logarithm G → g on the principal branch (inverse of ``exp`` there)."""
+
+    @abc.abstractmethod
+    def Ad(self, g) -> jax.Array:
+        """Adjoint representation as a ``(..., dim, dim)`` matrix: ``hat(Ad(g) xi) = g hat(xi) g^{-1}``."""
+
+    @abc.abstractmethod
+    def ad(self, xi) -> jax.Array:
+        """Adjoint of the algebra as a ``(..., dim, dim)`` matrix: ``ad(xi) eta = [xi, eta]``."""
+
+    @abc.abstractmethod
+    def jac_right(self, xi) -> jax.Array:
+        """Right Jacobian: ``exp(xi + d) ≈ exp(xi) exp(J_r(xi) d)``."""
+
+    @abc.abstractmethod
+    def jac_right_inv(self, xi) -> jax.Array:
+        """Inverse of the right Jacobian (closed form)."""
+
+    # --- manifold helpers --------------------------------------------------------------------
+    @abc.abstractmethod
+    def defect(self, g) -> jax.Array:
+        """Distance-like measure of how far a stored array is from the group (0 on the group)."""
+
+    @abc.abstractmethod
+    def project(self, g) -> jax.Array:
+        """Nearest group element (e.g. the polar factor for rotation matrices)."""
+
+    @abc.abstractmethod
+    def random(self, key, shape: tuple[int, ...] = (), dtype=None) -> jax.Array:
+        """Random elements of batch shape ``shape``."""
+
+    def to_matrix(self, g) -> jax.Array:
+        """Matrix representation of ``g`` (identity for matrix groups)."""
+        return as_float(g)
+
+    def cay(self, xi) -> jax.Array:
+        """Cayley map ``(I - hat(xi)/2)^{-1}(I + hat(xi)/2)`` (second-order accurate retraction)."""
+        raise NotImplementedError(f"{self.name} has no Cayley map")
+
+    def cay_inv(self, g) -> jax.Array:
+        """Inverse of :meth:`cay`."""
+        raise NotImplementedError(f"{self.name} has no Cayley map")
+
+    # --- derived -----------------------------------------------------------------------------
+    def coad(self, xi, mu) -> jax.Array:
+        """``(ad_xi)^T mu``: the Euler–Poincaré force term, ``dmu/dt = coad(xi, mu)``.
+
+        Note the sign: several papers (Cabrera, Chevallier) write ``ad*_xi := -(ad_xi)^T``.
+        """
+        A = self.ad(xi)
+        mu = as_float(mu)
+        return jnp.sum(A * mu[..., :, None], axis=-2)
+
+    def jac_left(self, xi) -> jax.Array:
+        """Left Jacobian: ``exp(xi + d) ≈ exp(J_l(xi) d) exp(xi)``; equals ``J_r(-xi)``."""
+        return self.jac_right(-as_float(xi))
+
+    def jac_left_inv(self, xi) -> jax.Array:
+        """Inverse of the left Jacobian; equals ``J_r^{-1}(-xi)``."""
+        return self.jac_right_inv(-as_float(xi))
+
+    def between(self, g, h) -> jax.Array:
+        """``g^{-1} h``."""
+        return self.compose(self.inverse(g), h)
+
+    def rplus(self, g, xi) -> jax.Array:
+        """``g · exp(xi)`` (right / body perturbation)."""
+        return self.compose(g, self.exp(xi))
+
+    def rminus(self, g, h) -> jax.Array:
+        """``log(h^{-1} g)`` so that ``rplus(h, rminus(g, h)) = g``."""
+        return self.log(self.between(h, g))
+
+    def interpolate(self, g, h, t) -> jax.Array:
+        """Geodesic (one-parameter subgroup) interpolation ``g exp(t log(g^{-1} h))``."""
+        t = as_float(t)
+        return self.rplus(g, t[..., None] * self.log(self.between(g, h)))
+
+    def default_tolerance(self, dtype) -> float:
+        """Default tolerance of :meth:`check`: ``sqrt(eps)`` of the dtype."""
+        return float(jnp.finfo(dtype).eps) ** 0.5
+
+    def is_member(self, g, tol: float | None = None) -> jax.Array:
+        """Boolean array (batch shape): is ``g`` on the group within ``tol`` (NaN → False)?"""
+        g = check_shape(g, self.element_shape, "g", f"{self.name}.is_member")
+        tol = self.default_tolerance(g.dtype) if tol is None else tol
+        return self.defect(g) <= tol
+
+    def check(self, g, name: str = "g", tol: float | None = None):
+        """Validate that ``g`` lies on the group within ``tol`` and return it.
+
+        Eager mode: raises ``ValueError`` naming ``name``.  Under ``jit`` the check is compiled
+        with :func:`equinox.error_if` and raises ``EquinoxRuntimeError`` when the program runs.
+        Shapes are checked statically in both modes.
+        """
+        g = check_shape(g, self.element_shape, name, f"{self.name}.check")
+        tol = self.default_tolerance(g.dtype) if tol is None else tol
+        d = self.defect(g)
+        bad = jnp.any(~(d <= tol))  # NaN / inf count as bad
+        msg = (
+            f"argument '{name}' is not an element of {self.name}: its defect exceeds "
+            f"tol={tol:.3g} or it is not finite (expected shape (..., "
+            f"{', '.join(map(str, self.element_shape))}) on the group)"
+        )
+        if _is_traced(bad):
+            return eqx.error_if(g, bad, msg)
+        if bool(bad):
+            worst = float(jnp.max(jnp.where(jnp.isfinite(d), d, jnp.inf)))
+            raise ValueError(f"{msg}; largest defect {worst:.3g}")
+        return g
+
+    def __repr__(self) -> str:
+        return f"geomjax.{self.name}"

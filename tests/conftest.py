@@ -1,0 +1,38 @@
+"""Test configuration: float64 everywhere (tests that check float32 cast explicitly), a
+deterministic hypothesis profile, and the fast/full switch for long-horizon tests."""
+
+import os
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "geomjax",
+    deadline=None,
+    max_examples=20,
+    derandomize=True,  # CI must be reproducible
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "thorough", parent=settings.get_profile("geomjax"), max_examples=300, derandomize=False
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "geomjax"))
+
+#: GEOMJAX_FULL=1 runs the long-horizon tests at the sizes quoted in the issues.
+FULL = os.environ.get("GEOMJAX_FULL", "0") == "1"
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(params=["float64", "float32"])
+def dtype(request):
+    return np.dtype(request.param)
