@@ -11,7 +11,19 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
+from . import integrators, lie, systems
+from .integrators import (
+    LGVI,
+    RKMK4,
+    RigidBodySplitting,
+    Solution,
+    diagnostics,
+    load_solution,
+    simulate,
+    step,
+)
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
+from .systems import EulerPoincareSystem, LieGroupState, RigidBody, RigidBodySE3, RigidBodyState
 
 try:
     __version__ = _version("geomjax")

@@ -87,6 +87,12 @@ class _Abelian(LieGroup):
     def jac_right_inv(self, xi):
         return self.jac_right(xi)
 
+    def cay_jac_left(self, xi):
+        return self._eye(self._c(xi, "xi", "cay_jac_left"))
+
+    def cay_jac_left_inv(self, xi):
+        return self._eye(self._c(xi, "xi", "cay_jac_left_inv"))
+
     def defect(self, g):
         g = self._c(g, "g", "defect")
         # finite values are always on the group; NaN/inf propagate as a non-finite defect

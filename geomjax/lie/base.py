@@ -146,6 +146,33 @@ class LieGroup(eqx.Module):
         """Inverse of :meth:`cay`."""
         raise NotImplementedError(f"{self.name} has no Cayley map")
 
+    def cay_jac_left(self, xi) -> jax.Array:
+        """Left Jacobian of the Cayley map: ``cay(xi + d) ≈ exp(Jcay_l(xi) d) cay(xi)``.
+
+        Generic fallback by forward-mode differentiation; groups override it with closed forms.
+        """
+        xi = as_float(xi)
+
+        def one(x):
+            C = self.to_matrix(self.cay(x))
+            dC = jax.jacfwd(lambda y: self.to_matrix(self.cay(y)))(x)
+            Ci = jnp.linalg.inv(C)
+            return jax.vmap(lambda D: self.vee(D @ Ci), in_axes=-1, out_axes=-1)(dC)
+
+        flat = xi.reshape(-1, self.dim)
+        return jax.vmap(one)(flat).reshape(xi.shape + (self.dim,))
+
+    def cay_jac_left_inv(self, xi) -> jax.Array:
+        """Inverse of :meth:`cay_jac_left` (Kobilarov–Marsden's right-trivialized ``dcay^{-1}``)."""
+        return jnp.linalg.inv(self.cay_jac_left(xi))
+
+    def cay_jac_right(self, xi) -> jax.Array:
+        """``cay(xi + d) ≈ cay(xi) exp(Jcay_r(xi) d)``; equals ``Jcay_l(-xi)``."""
+        return self.cay_jac_left(-as_float(xi))
+
+    def cay_jac_right_inv(self, xi) -> jax.Array:
+        return self.cay_jac_left_inv(-as_float(xi))
+
     # --- derived -----------------------------------------------------------------------------
     def coad(self, xi, mu) -> jax.Array:
         """``(ad_xi)^T mu``: the Euler–Poincaré force term, ``dmu/dt = coad(xi, mu)``.

@@ -201,6 +201,17 @@ class SpecialOrthogonal3(LieGroup):
         tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
         return (2.0 / (1.0 + tr))[..., None] * _vee3(R - mT(R))
 
+    def cay_jac_left(self, xi):
+        """``Jcay_l(w) = (4 I + 2 hat(w))/(4 + |w|²)``."""
+        w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left")
+        c = 4.0 / (4.0 + jnp.sum(w * w, -1))
+        return c[..., None, None] * (jnp.eye(3, dtype=w.dtype) + 0.5 * _hat3(w))
+
+    def cay_jac_left_inv(self, xi):
+        """``Jcay_l(w)^{-1} = I − hat(w)/2 + w w^T/4`` (rational: no trigonometry)."""
+        w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left_inv")
+        return jnp.eye(3, dtype=w.dtype) - 0.5 * _hat3(w) + 0.25 * outer(w, w)
+
     def defect(self, g):
         """``max|R^T R − I| + |det R − 1|`` (NaN propagates)."""
         R = check_shape(g, (3, 3), "g", "SO3.defect")
