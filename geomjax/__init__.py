@@ -1,8 +1,7 @@
 """geomjax: differentiable geometric mechanics in JAX.
 
-Lie groups (:mod:`geomjax.lie`), structure-preserving integrators (:mod:`geomjax.integrators`),
-mechanical systems (:mod:`geomjax.systems`), Riemannian and constrained mechanics
-(:mod:`geomjax.riemann`) and gradient-based control (:mod:`geomjax.control`).
+Lie groups (:mod:`geomjax.lie`), mechanical systems (:mod:`geomjax.systems`), structure-preserving
+integrators and the :func:`simulate` driver (:mod:`geomjax.integrators`).
 
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
@@ -30,4 +29,29 @@ try:
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
-__all__ = ["SE2", "SE3", "SO2", "SO3", "LieGroup", "Rn", "Tn", "__version__"]
+__all__ = [
+    "LGVI",
+    "RKMK4",
+    "SE2",
+    "SE3",
+    "SO2",
+    "SO3",
+    "EulerPoincareSystem",
+    "LieGroup",
+    "LieGroupState",
+    "RigidBody",
+    "RigidBodySE3",
+    "RigidBodySplitting",
+    "RigidBodyState",
+    "Rn",
+    "Solution",
+    "Tn",
+    "__version__",
+    "diagnostics",
+    "integrators",
+    "lie",
+    "load_solution",
+    "simulate",
+    "step",
+    "systems",
+]

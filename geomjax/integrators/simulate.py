@@ -83,7 +83,7 @@ def _flatten_into(arrays: dict, prefix: str, tree) -> list[str]:
 def _unflatten_like(template, data, prefix):
     paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     leaves = []
-    for path, leaf in paths_leaves:
+    for path, _ in paths_leaves:
         name = f"{prefix}{_keystr(path)}"
         if name not in data:
             raise ValueError(

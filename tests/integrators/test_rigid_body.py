@@ -49,7 +49,7 @@ def _order(dts, errs):
 
 
 def _terminal_error(system, method, s0, T, dt, ref_g, ref_mu):
-    steps = int(round(T / dt))
+    steps = round(T / dt)
     sol = gj.simulate(system, method, s0, dt, steps, save_every=steps)
     g, mu = system.split(sol.final_state)
     return max(float(jnp.max(jnp.abs(g - ref_g))), float(jnp.max(jnp.abs(mu - ref_mu))))
@@ -277,7 +277,7 @@ def test_controls_and_external_forces_converge_at_second_order():
     _, gs, mus = reference(system, S0, T, control=np.asarray(u), dt_control=T / n_u)
     errs, dts = [], (0.05, 0.025, 0.0125)
     for dt in dts:
-        steps = int(round(T / dt))
+        steps = round(T / dt)
         per = steps // n_u
         sol = gj.simulate(
             system, gj.LGVI(), S0, dt, steps, controls=jnp.repeat(u, per, axis=0), save_every=steps
