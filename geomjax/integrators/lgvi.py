@@ -44,7 +44,7 @@ from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
 from .base import AbstractMethod, StepStats
-from .newton import dense_jac_solve, newton_solve, solve3
+from .newton import dense_jac_solve, newton_solve
 
 __all__ = ["LGVI"]
 
@@ -152,9 +152,9 @@ class LGVI(AbstractMethod):
         """Solve the discrete Legendre transform for ``xi`` given ``b``: ``(xi, relative residual)``."""
         G = system.group
         I = system.inertia_matrix()
-        Iinv_b = solve3(I, b) if G.dim == 3 else jnp.linalg.solve(I, b)
-        rhs = b + 0.5 * h * G.coad(Iinv_b, b)  # second-order predictor
-        xi0 = solve3(I, rhs) if G.dim == 3 else jnp.linalg.solve(I, rhs)
+        Iinv = jnp.linalg.inv(I)  # unbatched under vmap: shared by the batch
+        rhs = b + 0.5 * h * G.coad(Iinv @ b, b)  # second-order predictor
+        xi0 = Iinv @ rhs
         residual = _GroupResidual(G, self.retraction)
         xi, r = newton_solve(
             residual, xi0, (I, b, h), iters=self.newton_iters, jac_solve=dense_jac_solve(residual)

@@ -55,12 +55,41 @@ def solve3_scalars(a, b):
     )
 
 
+def small_solve(A, b):
+    """Solve ``A x = b`` for a small ``n×n`` system (n ≤ 8) by unrolled Gaussian elimination
+    without pivoting; larger systems go to ``jnp.linalg.solve``.
+
+    Used for the Newton matrices of the variational integrators, which are O(h) perturbations of
+    the SPD inertia (elimination without pivoting is stable there).  Unrolled elementwise code
+    vectorizes across a vmapped batch, where a LAPACK call per batch member would dominate."""
+    n = b.shape[-1]
+    if n == 3:
+        return solve3(A, b)
+    if n > 8:
+        return jnp.linalg.solve(A, b)
+    A = [[A[..., i, j] for j in range(n)] for i in range(n)]
+    b = [b[..., i] for i in range(n)]
+    for k in range(n):
+        inv = 1.0 / A[k][k]
+        for i in range(k + 1, n):
+            f = A[i][k] * inv
+            for j in range(k + 1, n):
+                A[i][j] = A[i][j] - f * A[k][j]
+            b[i] = b[i] - f * b[k]
+    x = [None] * n
+    for i in reversed(range(n)):
+        acc = b[i]
+        for j in range(i + 1, n):
+            acc = acc - A[i][j] * x[j]
+        x[i] = acc / A[i][i]
+    return jnp.stack(x, -1)
+
+
 def dense_jac_solve(residual: Callable) -> Callable:
     """Default ``jac_solve``: forward-mode Jacobian of ``residual`` and a dense linear solve."""
 
     def jac_solve(x, args, r):
-        J = jax.jacfwd(residual, argnums=0)(x, args)
-        return solve3(J, r) if r.shape[-1] == 3 else jnp.linalg.solve(J, r)
+        return small_solve(jax.jacfwd(residual, argnums=0)(x, args), r)
 
     return jac_solve
 

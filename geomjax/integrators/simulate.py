@@ -132,6 +132,17 @@ def load_solution(path, state_template=None, system=None, method=None):
     return Solution(ts=ts, states=states, stats=stats), out[0], out[1]
 
 
+def cast_floating(tree, dtype):
+    """Cast the floating-point array leaves of ``tree`` to ``dtype`` (other leaves untouched)."""
+
+    def cast(x):
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
+            return x.astype(dtype)
+        return x
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
 def step(system, method: AbstractMethod, state, dt, control=None, t=0.0):
     """One step of ``method`` on ``system``: ``(state, stats) = step(...)`` (pure; MJX style)."""
     return method.step(system, state, dt, control, t)
@@ -169,6 +180,9 @@ def simulate(
         check_inputs: validate ``state0`` (group membership, finiteness) — eagerly or with
             ``equinox.error_if`` under ``jit``.
 
+    Precision follows ``state0``: floating parameters of ``system`` are cast to its dtype, so a
+    float32 state gives a float32 run even with ``jax_enable_x64`` on.
+
     Returns:
         :class:`Solution` with ``ts``, ``states`` (leading time axis, initial state included) and
         ``stats``.
@@ -196,6 +210,8 @@ def simulate(
         state0 = system.check_state(state0, "state0")
     leaves = jax.tree_util.tree_leaves(state0)
     dtype = jnp.result_type(*leaves)
+    # the state's dtype sets the precision: floating parameters of the system follow it
+    system = cast_floating(system, dtype)
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
     n_save = steps // save_every

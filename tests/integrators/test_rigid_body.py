@@ -10,6 +10,8 @@ import pytest
 import geomjax as gj
 from geomjax.systems import HeavyTop
 
+from .helpers import fitted_order as _order
+from .helpers import terminal_error as _terminal_error
 from .reference import reference
 
 I123 = jnp.array([1.0, 2.0, 3.0])
@@ -42,17 +44,6 @@ def test_free_rigid_body_1e5_steps(method):
     c = np.asarray(d["casimir_norm_Pi_sq"])
     assert np.max(np.abs(c - c[0])) / c[0] <= 1e-11
     assert float(sol.max_residual) < 1e-13
-
-
-def _order(dts, errs):
-    return np.polyfit(np.log(dts), np.log(errs), 1)[0]
-
-
-def _terminal_error(system, method, s0, T, dt, ref_g, ref_mu):
-    steps = round(T / dt)
-    sol = gj.simulate(system, method, s0, dt, steps, save_every=steps)
-    g, mu = system.split(sol.final_state)
-    return max(float(jnp.max(jnp.abs(g - ref_g))), float(jnp.max(jnp.abs(mu - ref_mu))))
 
 
 CONVERGENCE_CASES = {
