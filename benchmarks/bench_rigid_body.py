@@ -70,8 +70,15 @@ def diffrax_run(solver, dt, steps, save_every):
     y0 = jnp.concatenate([jnp.asarray(R0).reshape(9), jnp.asarray(PI0)])
     ts = jnp.arange(0, steps + 1, save_every) * dt
     sol = diffrax.diffeqsolve(
-        term, solver, 0.0, steps * dt, dt, y0, saveat=diffrax.SaveAt(ts=ts),
-        stepsize_controller=diffrax.ConstantStepSize(), max_steps=steps + 1,
+        term,
+        solver,
+        0.0,
+        steps * dt,
+        dt,
+        y0,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.ConstantStepSize(),
+        max_steps=steps + 1,
     )
     y = np.asarray(sol.ys)
     return np.asarray(ts), y[:, :9].reshape(-1, 3, 3), y[:, 9:]
@@ -83,8 +90,15 @@ def scipy_run(method, dt, steps, save_every):
     ts = np.arange(0, steps + 1, save_every) * dt
     # fixed steps: first_step = max_step = dt and tolerances so loose that no step is rejected
     sol = scipy_integrate.solve_ivp(
-        lambda t, y: np.asarray(f(jnp.asarray(y))), (0, steps * dt), y0, method=method, t_eval=ts,
-        first_step=dt, max_step=dt, rtol=1e10, atol=1e10,
+        lambda t, y: np.asarray(f(jnp.asarray(y))),
+        (0, steps * dt),
+        y0,
+        method=method,
+        t_eval=ts,
+        first_step=dt,
+        max_step=dt,
+        rtol=1e10,
+        atol=1e10,
     )
     y = sol.y.T
     return ts, y[:, :9].reshape(-1, 3, 3), y[:, 9:]
@@ -106,8 +120,14 @@ def accuracy(fast):
         "geomjax RKMK4": lambda dt, n, s: lgvi_run(dt, n, s, gj.RKMK4()),
     }
     if diffrax is not None:
-        for name, solver in (("Tsit5", diffrax.Tsit5()), ("Dopri5", diffrax.Dopri5()), ("Dopri8", diffrax.Dopri8())):
-            methods[f"diffrax {name}"] = lambda dt, n, s, solver=solver: diffrax_run(solver, dt, n, s)
+        for name, solver in (
+            ("Tsit5", diffrax.Tsit5()),
+            ("Dopri5", diffrax.Dopri5()),
+            ("Dopri8", diffrax.Dopri8()),
+        ):
+            methods[f"diffrax {name}"] = lambda dt, n, s, solver=solver: diffrax_run(
+                solver, dt, n, s
+            )
     if scipy_integrate is not None:
         for name in ("DOP853", "RK45"):
             methods[f"scipy {name}"] = lambda dt, n, s, name=name: scipy_run(name, dt, n, s)
@@ -121,7 +141,16 @@ def accuracy(fast):
                 continue
             _, R, Pi = run(dt, n, max(1, n // 200))
             e, m, d = errors(R, Pi)
-            vs_dt.append({"method": name, "dt": dt, "T": T, "max_energy_err": float(e.max()), "max_momentum_err": float(m.max()), "max_defect": float(d.max())})
+            vs_dt.append(
+                {
+                    "method": name,
+                    "dt": dt,
+                    "T": T,
+                    "max_energy_err": float(e.max()),
+                    "max_momentum_err": float(m.max()),
+                    "max_defect": float(d.max()),
+                }
+            )
     # long horizon at one step size
     T_long = 200.0 if fast else 2000.0
     dt = 0.1
@@ -132,7 +161,12 @@ def accuracy(fast):
             continue
         ts, R, Pi = run(dt, n, max(1, n // 400))
         e, m, d = errors(R, Pi)
-        horizon[name] = {"t": ts.tolist(), "energy_err": e.tolist(), "momentum_err": m.tolist(), "defect": d.tolist()}
+        horizon[name] = {
+            "t": ts.tolist(),
+            "energy_err": e.tolist(),
+            "momentum_err": m.tolist(),
+            "defect": d.tolist(),
+        }
     return vs_dt, horizon
 
 
@@ -155,7 +189,11 @@ def throughput(fast):
 
             def geomjax_fn(method):
                 def f(R, Pi):
-                    sim = lambda r, p: gj.simulate(rb, method, gj.RigidBodyState(r, p), dt, steps, save_every=steps).final_state  # noqa: E731
+                    sim = lambda r, p: (
+                        gj.simulate(
+                            rb, method, gj.RigidBodyState(r, p), dt, steps, save_every=steps
+                        ).final_state
+                    )  # noqa: E731
                     return jax.vmap(sim)(R, Pi)
 
                 return f
@@ -182,23 +220,41 @@ def throughput(fast):
                 term = diffrax.ODETerm(lambda t, y, args: rhs(y, moments))
 
                 def tsit5(y):
-                    solve = lambda y0: diffrax.diffeqsolve(  # noqa: E731
-                        term, diffrax.Tsit5(), 0.0, steps * dt, dt, y0, saveat=diffrax.SaveAt(t1=True),
-                        stepsize_controller=diffrax.ConstantStepSize(), max_steps=steps,
-                    ).ys
+                    solve = lambda y0: (
+                        diffrax.diffeqsolve(  # noqa: E731
+                            term,
+                            diffrax.Tsit5(),
+                            0.0,
+                            steps * dt,
+                            dt,
+                            y0,
+                            saveat=diffrax.SaveAt(t1=True),
+                            stepsize_controller=diffrax.ConstantStepSize(),
+                            max_steps=steps,
+                        ).ys
+                    )
                     return jax.vmap(solve)(y)
 
                 impls["diffrax Tsit5"] = (tsit5, (y0,))
             results = {}
             for name, (fn, args) in impls.items():
-                c, r = time_jitted(fn, *args, repeats=5 if fast else 9, min_time=0.3 if fast else 1.0)
+                c, r = time_jitted(
+                    fn, *args, repeats=5 if fast else 9, min_time=0.3 if fast else 1.0
+                )
                 results[name] = (c, r)
             base = results.get("diffrax Tsit5", results["lax.scan RK4 (bare)"])[1]
             for name, (c, r) in results.items():
-                rows.append({
-                    "dtype": jnp.dtype(dtype).name, "batch": B, "method": name, "compile_s": c,
-                    "run_ms": r * 1e3, "body_steps_per_s": B * steps / r, "speedup_vs_tsit5": base / r,
-                })
+                rows.append(
+                    {
+                        "dtype": jnp.dtype(dtype).name,
+                        "batch": B,
+                        "method": name,
+                        "compile_s": c,
+                        "run_ms": r * 1e3,
+                        "body_steps_per_s": B * steps / r,
+                        "speedup_vs_tsit5": base / r,
+                    }
+                )
     return rows
 
 
@@ -210,13 +266,21 @@ def gradient_cost(fast):
     rows = []
     rb = gj.RigidBody(jnp.asarray(MOMENTS))
     R = jnp.asarray(R0)
-    for steps in ((1000, 10_000) if fast else (1000, 10_000, 100_000)):
+    for steps in (1000, 10_000) if fast else (1000, 10_000, 100_000):
         save = int(np.sqrt(steps))
         while steps % save:
             save -= 1
 
         def fwd(pi0, checkpoint=False):
-            sol = gj.simulate(rb, gj.LGVI(), gj.RigidBodyState(R, pi0), 0.01, steps, save_every=save, checkpoint=checkpoint)
+            sol = gj.simulate(
+                rb,
+                gj.LGVI(),
+                gj.RigidBodyState(R, pi0),
+                0.01,
+                steps,
+                save_every=save,
+                checkpoint=checkpoint,
+            )
             return jnp.sum(sol.states.Pi[-1] ** 2) + jnp.sum(sol.states.R[-1])
 
         pi0 = jnp.asarray(PI0)
@@ -225,11 +289,18 @@ def gradient_cost(fast):
             g = jax.grad(lambda p, checkpoint=checkpoint: fwd(p, checkpoint))
             c_g, r_g = time_jitted(g, pi0, repeats=3)
             mem = jax.jit(g).lower(pi0).compile().memory_analysis()
-            rows.append({
-                "steps": steps, "save_every": save, "checkpoint": checkpoint, "forward_ms": r_f * 1e3,
-                "grad_ms": r_g * 1e3, "grad_over_forward": r_g / r_f, "compile_grad_s": c_g,
-                "peak_temp_MB": getattr(mem, "temp_size_in_bytes", float("nan")) / 1e6,
-            })
+            rows.append(
+                {
+                    "steps": steps,
+                    "save_every": save,
+                    "checkpoint": checkpoint,
+                    "forward_ms": r_f * 1e3,
+                    "grad_ms": r_g * 1e3,
+                    "grad_over_forward": r_g / r_f,
+                    "compile_grad_s": c_g,
+                    "peak_temp_MB": getattr(mem, "temp_size_in_bytes", float("nan")) / 1e6,
+                }
+            )
     return rows
 
 
@@ -244,10 +315,23 @@ def plot(vs_dt, horizon, path):
     for name in names:
         rs = [r for r in vs_dt if r["method"] == name]
         style = "o-" if name.startswith("geomjax") else "s--"
-        axes[0].loglog([r["dt"] for r in rs], [max(r["max_energy_err"], 1e-17) for r in rs], style, label=name)
-        axes[1].loglog([r["dt"] for r in rs], [max(r["max_momentum_err"], 1e-17) for r in rs], style, label=name)
-    axes[0].set(xlabel="dt", ylabel="max relative energy error", title=f"energy error, T = {vs_dt[0]['T']:g}")
-    axes[1].set(xlabel="dt", ylabel="max relative |R Π − R₀Π₀|", title="spatial angular momentum error")
+        axes[0].loglog(
+            [r["dt"] for r in rs], [max(r["max_energy_err"], 1e-17) for r in rs], style, label=name
+        )
+        axes[1].loglog(
+            [r["dt"] for r in rs],
+            [max(r["max_momentum_err"], 1e-17) for r in rs],
+            style,
+            label=name,
+        )
+    axes[0].set(
+        xlabel="dt",
+        ylabel="max relative energy error",
+        title=f"energy error, T = {vs_dt[0]['T']:g}",
+    )
+    axes[1].set(
+        xlabel="dt", ylabel="max relative |R Π − R₀Π₀|", title="spatial angular momentum error"
+    )
     for name, h in horizon.items():
         style = "-" if name.startswith("geomjax") else "--"
         axes[2].semilogy(h["t"], np.maximum(h["energy_err"], 1e-17), style, label=name)
@@ -265,18 +349,63 @@ def main():
     fast = fast_mode()
     t0 = time.perf_counter()
     vs_dt, horizon = accuracy(fast)
-    print_table(vs_dt, ["method", "dt", "max_energy_err", "max_momentum_err", "max_defect"], title="(a) accuracy vs step size (free rigid body, I = (1, 2, 3))")
-    final = [{"method": k, "t_end": v["t"][-1], "energy_err_end": v["energy_err"][-1], "max_energy_err": max(v["energy_err"]), "momentum_err_end": v["momentum_err"][-1], "defect_end": v["defect"][-1]} for k, v in horizon.items()]
-    print_table(final, ["method", "t_end", "energy_err_end", "max_energy_err", "momentum_err_end", "defect_end"], title="(a') long horizon, dt = 0.1")
+    print_table(
+        vs_dt,
+        ["method", "dt", "max_energy_err", "max_momentum_err", "max_defect"],
+        title="(a) accuracy vs step size (free rigid body, I = (1, 2, 3))",
+    )
+    final = [
+        {
+            "method": k,
+            "t_end": v["t"][-1],
+            "energy_err_end": v["energy_err"][-1],
+            "max_energy_err": max(v["energy_err"]),
+            "momentum_err_end": v["momentum_err"][-1],
+            "defect_end": v["defect"][-1],
+        }
+        for k, v in horizon.items()
+    ]
+    print_table(
+        final,
+        ["method", "t_end", "energy_err_end", "max_energy_err", "momentum_err_end", "defect_end"],
+        title="(a') long horizon, dt = 0.1",
+    )
     thr = throughput(fast)
-    print_table(thr, ["dtype", "batch", "method", "compile_s", "run_ms", "body_steps_per_s", "speedup_vs_tsit5"], title="(b) throughput (vmap over the batch, same dt = 0.01)")
+    print_table(
+        thr,
+        ["dtype", "batch", "method", "compile_s", "run_ms", "body_steps_per_s", "speedup_vs_tsit5"],
+        title="(b) throughput (vmap over the batch, same dt = 0.01)",
+    )
     grads = gradient_cost(fast)
-    print_table(grads, ["steps", "save_every", "checkpoint", "forward_ms", "grad_ms", "grad_over_forward", "peak_temp_MB"], title="(c) reverse-mode gradient of a terminal loss")
+    print_table(
+        grads,
+        [
+            "steps",
+            "save_every",
+            "checkpoint",
+            "forward_ms",
+            "grad_ms",
+            "grad_over_forward",
+            "peak_temp_MB",
+        ],
+        title="(c) reverse-mode gradient of a terminal loss",
+    )
     from common import RESULTS
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(vs_dt, horizon, RESULTS / "rigid_body_accuracy.png")
-    write_json("rigid_body", {"fast": fast, "accuracy_vs_dt": vs_dt, "long_horizon": final, "throughput": thr, "gradients": grads, "wall_s": time.perf_counter() - t0, "machine": machine_info()})
+    write_json(
+        "rigid_body",
+        {
+            "fast": fast,
+            "accuracy_vs_dt": vs_dt,
+            "long_horizon": final,
+            "throughput": thr,
+            "gradients": grads,
+            "wall_s": time.perf_counter() - t0,
+            "machine": machine_info(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,12 @@ def test_se3_body_under_gravity_closed_forms():
     spatial linear momentum falls as P(t) = P(0) − m g t e3 and the vertical spatial angular
     momentum is conserved (the torque about the origin is horizontal)."""
     m, g = 2.0, 9.81
-    system = gj.RigidBodySE3(mass=m, inertia=[0.5, 0.8, 1.1], com=[0.1, -0.05, 0.2], potential=SE3Gravity(m, g, [0.1, -0.05, 0.2]))
+    system = gj.RigidBodySE3(
+        mass=m,
+        inertia=[0.5, 0.8, 1.1],
+        com=[0.1, -0.05, 0.2],
+        potential=SE3Gravity(m, g, [0.1, -0.05, 0.2]),
+    )
     sol = gj.simulate(system, gj.LGVI(), gj.LieGroupState(G0, MU0), 0.01, 2000, save_every=10)
     mom = np.asarray(jax.vmap(system.spatial_momentum)(sol.states))
     t = np.asarray(sol.ts)
@@ -78,11 +83,20 @@ def test_se3_body_under_gravity_closed_forms():
     "name,system,state0,method,order,dts",
     [
         ("SE3-LGVI", BODY, gj.LieGroupState(G0, MU0), gj.LGVI(), 2, (0.1, 0.05, 0.025)),
-        ("SE3-LGVI-exp", KIRCHHOFF, gj.LieGroupState(G0, MU0), gj.LGVI(retraction="exp"), 2, (0.1, 0.05, 0.025)),
+        (
+            "SE3-LGVI-exp",
+            KIRCHHOFF,
+            gj.LieGroupState(G0, MU0),
+            gj.LGVI(retraction="exp"),
+            2,
+            (0.1, 0.05, 0.025),
+        ),
         ("SE3-RKMK4", BODY, gj.LieGroupState(G0, MU0), gj.RKMK4(), 4, (0.2, 0.1, 0.05)),
         (
             "SE2-LGVI",
-            gj.EulerPoincareSystem(gj.SE2, jnp.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.0], [0.0, 0.0, 1.5]])),
+            gj.EulerPoincareSystem(
+                gj.SE2, jnp.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.0], [0.0, 0.0, 1.5]])
+            ),
             gj.LieGroupState(gj.SE2.exp(jnp.array([0.3, 1.0, -0.5])), jnp.array([1.2, -0.7, 0.4])),
             gj.LGVI(),
             2,
@@ -135,9 +149,16 @@ def test_se3_gradients_match_finite_differences():
     derivatives) differentiated w.r.t. the initial momentum and the mass."""
 
     def loss(mu0, mass):
-        system = gj.RigidBodySE3(mass=mass, inertia=[0.5, 0.8, 1.1], com=[0.1, -0.05, 0.2], potential=SE3Gravity(mass, 9.81, [0.1, -0.05, 0.2]))
+        system = gj.RigidBodySE3(
+            mass=mass,
+            inertia=[0.5, 0.8, 1.1],
+            com=[0.1, -0.05, 0.2],
+            potential=SE3Gravity(mass, 9.81, [0.1, -0.05, 0.2]),
+        )
         sol = gj.simulate(system, gj.LGVI(), gj.LieGroupState(G0, mu0), 0.05, 20, save_every=20)
-        return jnp.sum(sol.final_state.g * jnp.arange(16.0).reshape(4, 4)) + jnp.sum(sol.final_state.mu**2)
+        return jnp.sum(sol.final_state.g * jnp.arange(16.0).reshape(4, 4)) + jnp.sum(
+            sol.final_state.mu**2
+        )
 
     f = jax.jit(loss)
     g_mu, g_m = jax.jit(jax.grad(loss, argnums=(0, 1)))(MU0, jnp.array(2.0))
