@@ -189,11 +189,11 @@ def throughput(fast):
 
             def geomjax_fn(method):
                 def f(R, Pi):
-                    sim = lambda r, p: (
-                        gj.simulate(
+                    def sim(r, p):
+                        return gj.simulate(
                             rb, method, gj.RigidBodyState(r, p), dt, steps, save_every=steps
                         ).final_state
-                    )  # noqa: E731
+
                     return jax.vmap(sim)(R, Pi)
 
                 return f
@@ -220,8 +220,8 @@ def throughput(fast):
                 term = diffrax.ODETerm(lambda t, y, args: rhs(y, moments))
 
                 def tsit5(y):
-                    solve = lambda y0: (
-                        diffrax.diffeqsolve(  # noqa: E731
+                    def solve(y0):
+                        return diffrax.diffeqsolve(
                             term,
                             diffrax.Tsit5(),
                             0.0,
@@ -232,7 +232,7 @@ def throughput(fast):
                             stepsize_controller=diffrax.ConstantStepSize(),
                             max_steps=steps,
                         ).ys
-                    )
+
                     return jax.vmap(solve)(y)
 
                 impls["diffrax Tsit5"] = (tsit5, (y0,))
@@ -284,7 +284,7 @@ def gradient_cost(fast):
             return jnp.sum(sol.states.Pi[-1] ** 2) + jnp.sum(sol.states.R[-1])
 
         pi0 = jnp.asarray(PI0)
-        c_f, r_f = time_jitted(fwd, pi0, repeats=3)
+        _, r_f = time_jitted(fwd, pi0, repeats=3)
         for checkpoint in (False, True):
             g = jax.grad(lambda p, checkpoint=checkpoint: fwd(p, checkpoint))
             c_g, r_g = time_jitted(g, pi0, repeats=3)
