@@ -1,11 +1,11 @@
 """Struct-of-arrays kernels for rigid bodies on SO(3) (the hot path of LGVI and the splitting).
 
-Inside :func:`geomjax.simulate` the state of an SO(3) system is carried as a tuple of 12 scalars
-(``R`` row-major, then ``Pi``) instead of a ``(3, 3)`` matrix and a ``(3,)`` vector.  Under
-``jax.vmap`` every component becomes one contiguous ``(batch,)`` array, so each step is a single
-fused, fully vectorized loop over the batch ("batch-last" layout) instead of many small strided
-3×3 operations.  The arithmetic is the same as in the array form; only the layout differs, and the
-conversion at save points is exact.
+Inside :func:`geomjax.simulate` the state of an SO(3) system is carried as one ``(12,)`` array
+(``R`` row-major, then ``Pi``) and every step is written on its 12 scalar components instead of on
+``(3, 3)`` matrices and ``(3,)`` vectors.  Under ``jax.vmap`` each component is a ``(batch,)``
+slice, and the step compiles to a few fused, vectorized loops over the batch instead of many small
+3×3 operations (matmuls, LAPACK calls).  The arithmetic is the same as in the array form; only the
+layout differs, and the conversion at save points is exact.
 """
 
 from __future__ import annotations
@@ -15,11 +15,29 @@ import jax.numpy as jnp
 from .newton import solve3_scalars
 
 
-def unpack(R, Pi):
-    return (tuple(R[i, j] for i in range(3) for j in range(3)), tuple(Pi[i] for i in range(3)))
+def to_carry(R, Pi):
+    """``(R, Pi)`` → the ``(12,)`` carry ``(R row-major, Pi)``."""
+    return jnp.concatenate([jnp.reshape(R, (9,)), Pi])
+
+
+def from_carry(c):
+    """The ``(12,)`` carry → ``(R, Pi)``."""
+    return jnp.reshape(c[:9], (3, 3)), c[9:]
+
+
+def split(c):
+    """The carry as scalars: ``(R entries (9,), Pi entries (3,))``."""
+    return tuple(c[i] for i in range(9)), tuple(c[9 + i] for i in range(3))
+
+
+def join(R, Pi):
+    """Scalars → carry.  Stacking every output of a step into one array lets XLA fuse the whole
+    step into (nearly) one loop over the batch (measured ~1.3× faster than a tuple carry)."""
+    return jnp.stack((*R, *Pi))
 
 
 def pack(carry):
+    """``(R entries, Pi entries)`` scalars → ``(R (3, 3), Pi (3,))`` arrays."""
     R, Pi = carry
     return jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)]), jnp.stack(Pi)
 
@@ -129,11 +147,22 @@ def matT_vec(A, v):
     return tuple(A[j] * v[0] + A[3 + j] * v[1] + A[6 + j] * v[2] for j in range(3))
 
 
-def axis_flow(R, Pi, inv_I, i, tau):
-    """Exact flow of ``H_i = Pi_i²/(2 I_i)`` for time ``tau`` (splitting sub-step)."""
+def axis_flow(R, Pi, inv_I, i, tau, exact=False):
+    """Flow of ``H_i = Pi_i²/(2 I_i)`` for time ``tau`` (splitting sub-step): a rotation about
+    body axis ``i`` by ``phi = tau Pi_i/I_i`` (``Pi_i`` is constant along it).
+
+    ``exact=True`` uses ``(cos phi, sin phi)``; by default the rotation is the Cayley rotation
+    ``((1 − phi²/4), phi)/(1 + phi²/4)`` — the implicit midpoint rule of the linear sub-flow, which
+    is explicit here, symplectic and norm-preserving, and needs no trigonometric function (these
+    dominate the cost of a step in float64)."""
     j, k = (i + 1) % 3, (i + 2) % 3
     phi = tau * Pi[i] * inv_I[i]
-    c, s = jnp.cos(phi), jnp.sin(phi)
+    if exact:
+        c, s = jnp.cos(phi), jnp.sin(phi)
+    else:
+        q = 0.25 * phi * phi
+        d = 1.0 / (1.0 + q)
+        c, s = (1.0 - q) * d, phi * d
     R = list(R)
     for row in range(3):
         rj, rk = R[3 * row + j], R[3 * row + k]
@@ -155,3 +184,8 @@ def bjorck(R):
         (3.0 if i == j else 0.0) * 0.5 - 0.5 * RtR[3 * i + j] for i in range(3) for j in range(3)
     )
     return matmul(R, M)
+
+
+def needs_reorthonormalization(flag, dtype) -> bool:
+    """The ``reorthonormalize`` policy of the SO(3) methods: ``None`` means float32 and below."""
+    return bool(flag) or (flag is None and jnp.finfo(dtype).bits <= 32)

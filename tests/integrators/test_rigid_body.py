@@ -50,6 +50,7 @@ CONVERGENCE_CASES = {
     "LGVI-cayley": (RB, gj.LGVI(), 2, (0.1, 0.05, 0.025)),
     "LGVI-exp": (RB, gj.LGVI(retraction="exp"), 2, (0.1, 0.05, 0.025)),
     "splitting": (RB, gj.RigidBodySplitting(), 2, (0.1, 0.05, 0.025)),
+    "splitting-exact": (RB, gj.RigidBodySplitting(exact_subflows=True), 2, (0.1, 0.05, 0.025)),
     "RKMK4": (RB, gj.RKMK4(), 4, (0.2, 0.1, 0.05)),
     "LGVI-generic-full-inertia": (
         gj.EulerPoincareSystem(
