@@ -72,9 +72,13 @@ class LieGroup(eqx.Module):
         return type(self).__name__
 
     # --- group structure -------------------------------------------------------------------------
-    @abc.abstractmethod
     def identity(self, batch_shape: tuple[int, ...] = (), dtype=None) -> jax.Array:
-        """Identity element, broadcast to ``batch_shape + element_shape``."""
+        """Identity element, broadcast to ``batch_shape + element_shape`` (the identity matrix for
+        matrix groups; groups stored otherwise override this)."""
+        dtype = dtype or jnp.result_type(float)
+        return jnp.broadcast_to(
+            jnp.eye(self.matrix_dim, dtype=dtype), (*tuple(batch_shape), *self.element_shape)
+        )
 
     @abc.abstractmethod
     def compose(self, g, h) -> jax.Array:
@@ -114,12 +118,12 @@ class LieGroup(eqx.Module):
         """Adjoint of the algebra as a ``(..., dim, dim)`` matrix: ``ad(xi) eta = [xi, eta]``."""
 
     @abc.abstractmethod
-    def jac_right(self, xi) -> jax.Array:
-        """Right Jacobian: ``exp(xi + d) ≈ exp(xi) exp(J_r(xi) d)``."""
+    def jac_left(self, xi) -> jax.Array:
+        """Left Jacobian: ``exp(xi + d) ≈ exp(J_l(xi) d) exp(xi)``."""
 
     @abc.abstractmethod
-    def jac_right_inv(self, xi) -> jax.Array:
-        """Inverse of the right Jacobian (closed form)."""
+    def jac_left_inv(self, xi) -> jax.Array:
+        """Inverse of the left Jacobian (closed form)."""
 
     # --- manifold helpers --------------------------------------------------------------------
     @abc.abstractmethod
@@ -183,13 +187,13 @@ class LieGroup(eqx.Module):
         mu = as_float(mu)
         return jnp.sum(A * mu[..., :, None], axis=-2)
 
-    def jac_left(self, xi) -> jax.Array:
-        """Left Jacobian: ``exp(xi + d) ≈ exp(J_l(xi) d) exp(xi)``; equals ``J_r(-xi)``."""
-        return self.jac_right(-as_float(xi))
+    def jac_right(self, xi) -> jax.Array:
+        """Right Jacobian: ``exp(xi + d) ≈ exp(xi) exp(J_r(xi) d)``; equals ``J_l(-xi)``."""
+        return self.jac_left(-as_float(xi))
 
-    def jac_left_inv(self, xi) -> jax.Array:
-        """Inverse of the left Jacobian; equals ``J_r^{-1}(-xi)``."""
-        return self.jac_right_inv(-as_float(xi))
+    def jac_right_inv(self, xi) -> jax.Array:
+        """Inverse of the right Jacobian; equals ``J_l^{-1}(-xi)``."""
+        return self.jac_left_inv(-as_float(xi))
 
     def between(self, g, h) -> jax.Array:
         """``g^{-1} h``."""

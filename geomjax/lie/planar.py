@@ -59,10 +59,6 @@ class SpecialOrthogonal2(LieGroup):
     matrix_dim: ClassVar[int] = 2
     element_shape: ClassVar[tuple[int, ...]] = (2, 2)
 
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(2, dtype=dtype), tuple(batch_shape) + (2, 2))
-
     def compose(self, g, h):
         return mm(
             check_shape(g, (2, 2), "g", "SO2.compose"), check_shape(h, (2, 2), "h", "SO2.compose")
@@ -99,12 +95,12 @@ class SpecialOrthogonal2(LieGroup):
         xi = check_shape(xi, (1,), "xi", "SO2.ad")
         return jnp.zeros(xi.shape[:-1] + (1, 1), xi.dtype)
 
-    def jac_right(self, xi):
-        xi = check_shape(xi, (1,), "xi", "SO2.jac_right")
+    def jac_left(self, xi):
+        xi = check_shape(xi, (1,), "xi", "SO2.jac_left")
         return jnp.ones(xi.shape[:-1] + (1, 1), xi.dtype)
 
-    def jac_right_inv(self, xi):
-        return self.jac_right(xi)
+    def jac_left_inv(self, xi):
+        return self.jac_left(xi)
 
     def cay(self, xi):
         return _cay2(check_shape(xi, (1,), "xi", "SO2.cay")[..., 0])
@@ -191,10 +187,6 @@ class SpecialEuclidean2(LieGroup):
     dim: ClassVar[int] = 3
     matrix_dim: ClassVar[int] = 3
     element_shape: ClassVar[tuple[int, ...]] = (3, 3)
-
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(3, dtype=dtype), tuple(batch_shape) + (3, 3))
 
     def from_xytheta(self, x, y, theta):
         """Element with translation ``(x, y)`` and heading ``theta``."""

@@ -84,10 +84,6 @@ class SpecialEuclidean3(LieGroup):
     matrix_dim: ClassVar[int] = 4
     element_shape: ClassVar[tuple[int, ...]] = (4, 4)
 
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(4, dtype=dtype), tuple(batch_shape) + (4, 4))
-
     # --- helpers ---------------------------------------------------------------------------
     def from_rotation_translation(self, R, p):
         R = check_shape(R, (3, 3), "R", "SE3.from_rotation_translation")
@@ -169,14 +165,8 @@ class SpecialEuclidean3(LieGroup):
         """``[[J_l(omega), 0], [Q(v, omega), J_l(omega)]]`` (Barfoot 2014, reordered to (omega, v))."""
         return _jl6(check_shape(xi, (6,), "xi", "SE3.jac_left"))
 
-    def jac_right(self, xi):
-        return _jl6(-check_shape(xi, (6,), "xi", "SE3.jac_right"))
-
     def jac_left_inv(self, xi):
         return _jl6_inv(check_shape(xi, (6,), "xi", "SE3.jac_left_inv"))
-
-    def jac_right_inv(self, xi):
-        return _jl6_inv(-check_shape(xi, (6,), "xi", "SE3.jac_right_inv"))
 
     def cay(self, xi):
         """``cay(omega, v) = [[cay(omega), (I − hat(omega)/2)^{-1} v], [0, 1]]``."""

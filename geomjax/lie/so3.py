@@ -127,10 +127,6 @@ class SpecialOrthogonal3(LieGroup):
     matrix_dim: ClassVar[int] = 3
     element_shape: ClassVar[tuple[int, ...]] = (3, 3)
 
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(3, dtype=dtype), tuple(batch_shape) + (3, 3))
-
     def compose(self, g, h):
         g = check_shape(g, (3, 3), "g", "SO3.compose")
         h = check_shape(h, (3, 3), "h", "SO3.compose")
@@ -175,15 +171,9 @@ class SpecialOrthogonal3(LieGroup):
         """``J_l(w) = I + (1 − cos θ)/θ² hat(w) + (θ − sin θ)/θ³ hat(w)²``."""
         return _jl3(check_shape(xi, (3,), "xi", "SO3.jac_left"))
 
-    def jac_right(self, xi):
-        return _jl3(-check_shape(xi, (3,), "xi", "SO3.jac_right"))
-
     def jac_left_inv(self, xi):
         """``J_l^{-1}(w) = I − hat(w)/2 + (1 − (θ/2)cot(θ/2))/θ² hat(w)²`` (θ < 2π)."""
         return _jl3_inv(check_shape(xi, (3,), "xi", "SO3.jac_left_inv"))
-
-    def jac_right_inv(self, xi):
-        return _jl3_inv(-check_shape(xi, (3,), "xi", "SO3.jac_right_inv"))
 
     def cay(self, xi):
         """Cayley map ``(I − hat(w)/2)^{-1}(I + hat(w)/2) = I + 4/(4+|w|²)(hat(w) + hat(w)²/2)``.
