@@ -21,8 +21,9 @@ class Solution(eqx.Module):
     Attributes:
         ts: ``(n_save + 1,)`` times of the saved states (the initial state included).
         states: the state pytree with a leading time axis of length ``n_save + 1``.
-        stats: dict of per-block diagnostics, ``(n_save,)`` each; ``"residual"`` is the largest
-            relative residual of the implicit solves in the block (0 for explicit methods).
+        stats: dict of diagnostics: ``"residual"`` ``(n_save,)``, the largest relative residual of
+            the implicit solves in each block (0 for explicit methods; NaN propagates), and
+            ``"max_residual"``, its maximum over the run.
     """
 
     ts: jax.Array
@@ -35,7 +36,7 @@ class Solution(eqx.Module):
 
     @property
     def max_residual(self) -> jax.Array:
-        return jnp.max(self.stats["residual"]) if self.stats["residual"].size else jnp.zeros(())
+        return self.stats["max_residual"]
 
     def save(self, path, system=None, method=None) -> Path:
         """Write the solution (and the numeric parameters of ``system`` and ``method``) to ``.npz``.
@@ -143,9 +144,20 @@ def cast_floating(tree, dtype):
     return jax.tree_util.tree_map(cast, tree)
 
 
-def step(system, method: AbstractMethod, state, dt, control=None, t=0.0):
-    """One step of ``method`` on ``system``: ``(state, stats) = step(...)`` (pure; MJX style)."""
-    return method.step(system, state, dt, control, t)
+def step(system, state, dt, control=None, *, method: AbstractMethod | None = None, t=0.0):
+    """One step, MJX style: ``state_next = step(system, state, dt, control)`` (pure).
+
+    ``method`` defaults to :class:`geomjax.LGVI` for Lie group systems.  Use
+    ``method.step(system, state, dt, control, t)`` to also get the :class:`StepStats` (e.g. the
+    residual of the implicit solve)."""
+    if method is None:
+        from ..systems.base import AbstractLieGroupSystem
+        from .lgvi import LGVI
+
+        if not isinstance(system, AbstractLieGroupSystem):
+            raise ValueError(f"step: give a 'method' for a system of type {type(system).__name__}")
+        method = LGVI()
+    return method.step(system, state, dt, control, t)[0]
 
 
 def simulate(
@@ -254,6 +266,7 @@ def simulate(
 
     carry0 = (method.init(system, state0), t0)
     _, ((states, ts), stats) = jax.lax.scan(block, carry0, blocks, length=n_save)
+    stats["max_residual"] = jnp.max(stats["residual"])
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), state0, states)
     ts = jnp.concatenate([t0[None], ts])
     return Solution(ts=ts, states=states, stats=stats)

@@ -196,6 +196,15 @@ def test_checkpointed_gradient_equals_plain():
 # transformations, dtypes, continuation, IO
 
 
+def test_step_is_one_step_of_simulate():
+    sol = gj.simulate(RB, gj.LGVI(), S0, 0.02, 1)
+    one = gj.step(RB, S0, 0.02)
+    np.testing.assert_array_equal(one.R, sol.states.R[1])
+    np.testing.assert_array_equal(one.Pi, sol.states.Pi[1])
+    two = jax.jit(lambda s: gj.step(RB, s, 0.02, jnp.ones(3), method=gj.RKMK4()))(S0)
+    assert two.R.shape == (3, 3)
+
+
 def test_jit_equals_eager_and_vmap_equals_loop():
     eager = gj.simulate(RB, gj.LGVI(), S0, 0.02, 50)
     jitted = eqx.filter_jit(gj.simulate)(RB, gj.LGVI(), S0, 0.02, 50)
