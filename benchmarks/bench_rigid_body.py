@@ -23,6 +23,7 @@ from common import fast_mode, machine_info, print_table, time_jitted, write_json
 jax.config.update("jax_enable_x64", True)
 
 import geomjax as gj  # noqa: E402
+from geomjax.systems import HeavyTop  # noqa: E402
 
 try:
     import diffrax
@@ -210,8 +211,27 @@ def throughput(fast):
 
                 return jax.lax.scan(step, y, None, length=steps)[0]
 
+            top = gj.RigidBody(moments, HeavyTop(1.0, 9.81, [0.0, 0.1, 0.4]))
+            generic = gj.EulerPoincareSystem(gj.SO3, jnp.diag(moments))
+            u = jnp.asarray(0.1 * rng.standard_normal((steps, 3)), dtype)
+
+            def variant(system, controls=None):
+                def f(R, Pi):
+                    def sim(r, p):
+                        s0 = system.make_state(r, p)
+                        return gj.simulate(
+                            system, gj.LGVI(), s0, dt, steps, controls=controls, save_every=steps
+                        ).final_state
+
+                    return jax.vmap(sim)(R, Pi)
+
+                return f
+
             impls = {
                 "geomjax LGVI": (geomjax_fn(gj.LGVI()), (R, Pi)),
+                "geomjax LGVI + potential": (variant(top), (R, Pi)),
+                "geomjax LGVI + controls": (variant(rb, u), (R, Pi)),
+                "geomjax LGVI generic-group path": (variant(generic), (R, Pi)),
                 "geomjax splitting": (geomjax_fn(gj.RigidBodySplitting()), (R, Pi)),
                 "geomjax RKMK4": (geomjax_fn(gj.RKMK4()), (R, Pi)),
                 "lax.scan RK4 (bare)": (rk4_scan, (y0,)),
