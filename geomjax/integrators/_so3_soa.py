@@ -10,6 +10,7 @@ layout differs, and the conversion at save points is exact.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from .newton import solve3_scalars
@@ -189,3 +190,16 @@ def bjorck(R):
 def needs_reorthonormalization(flag, dtype) -> bool:
     """The ``reorthonormalize`` policy of the SO(3) methods: ``None`` means float32 and below."""
     return bool(flag) or (flag is None and jnp.finfo(dtype).bits <= 32)
+
+
+def potential_force(system, R):
+    """``−dV`` for rotation entries ``R`` (9 scalars): ``−vee(R^T ∇V − ∇V^T R)`` written out, with
+    ``∇V`` the Euclidean gradient of the potential at the matrix ``R``."""
+    Rm = jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)])
+    G = jax.grad(system.potential_energy)(Rm)
+    Gs = tuple(G[i, j] for i in range(3) for j in range(3))
+
+    def A(i, j):  # (R^T G)_ij
+        return R[i] * Gs[j] + R[3 + i] * Gs[3 + j] + R[6 + i] * Gs[6 + j]
+
+    return (A(1, 2) - A(2, 1), A(2, 0) - A(0, 2), A(0, 1) - A(1, 0))

@@ -196,23 +196,28 @@ class LGVI(AbstractMethod):
         return system.make_state(g1, self._check(res, mu1)), StepStats(residual=res)
 
     # --- SO(3), Cayley: struct-of-arrays kernel ------------------------------------------------
+    def _so3_conservative(self, system, R, control):
+        """``M(R) + u`` as 3 scalars (or None), the potential torque from the Euclidean gradient."""
+        f = soa.potential_force(system, R) if system.has_potential else None
+        if control is not None:
+            u = (control[0], control[1], control[2])
+            f = u if f is None else tuple(f[i] + u[i] for i in range(3))
+        return f
+
     def _advance_so3(self, system, carry, dt, control, t):
         R, Pi = soa.split(carry)
         dtype = carry.dtype
         h = jnp.asarray(dt, dtype)
+        half = 0.5 * h
         I = soa.inertia_entries(system.inertia_matrix(), getattr(system, "principal_axes", False))
-        needs_R = system.has_potential or getattr(system, "force", None) is not None
+        has_force = getattr(system, "force", None) is not None
 
-        F0 = None
-        if needs_R:
-            Rm, Pm = soa.pack((R, Pi))
-            f0, F0 = self._forces(system, Rm, Pm, control, t)
-            f0 = f0 if F0 is None else f0 + F0
-            b = tuple(Pi[i] + 0.5 * h * f0[i] for i in range(3))
-        elif control is not None:
-            b = tuple(Pi[i] + 0.5 * h * control[i] for i in range(3))
-        else:
-            b = Pi
+        f0 = self._so3_conservative(system, R, control)
+        F0 = soa.as_tuple3(system.external_force(t, *soa.pack((R, Pi)))) if has_force else None
+        b = Pi
+        for f in (f0, F0):
+            if f is not None:
+                b = tuple(b[i] + half * f[i] for i in range(3))
         x0 = soa.cayley_predictor(I, b, h)
         x, r = newton_solve(
             soa.cayley_residual,
@@ -226,9 +231,14 @@ class LGVI(AbstractMethod):
         if soa.needs_reorthonormalization(self.reorthonormalize, dtype):
             R1 = soa.bjorck(R1)
         Pi1 = soa.matT_vec(F, b)
-        if needs_R or control is not None:
-            Rm = soa.pack((R1, Pi1))[0] if needs_R else None
-            Pi1 = soa.as_tuple3(self._end_forces(system, Rm, jnp.stack(Pi1), F0, control, t + h, h))
+        f1 = self._so3_conservative(system, R1, control)
+        if f1 is not None:
+            Pi1 = tuple(Pi1[i] + half * f1[i] for i in range(3))
+        if F0 is not None:
+            # velocity-dependent force at the predicted end momentum (see _end_forces)
+            pred = tuple(Pi1[i] + half * F0[i] for i in range(3))
+            F1 = soa.as_tuple3(system.external_force(t + h, *soa.pack((R1, pred))))
+            Pi1 = tuple(Pi1[i] + half * F1[i] for i in range(3))
         scale = (
             jnp.maximum(jnp.maximum(jnp.abs(b[0]), jnp.abs(b[1])), jnp.abs(b[2]))
             + jnp.finfo(dtype).tiny

@@ -87,6 +87,11 @@ class _Abelian(LieGroup):
     def jac_left_inv(self, xi):
         return self.jac_left(xi)
 
+    def left_gradient(self, g, euclidean_grad):
+        """Abelian and stored as coordinates: the gradient itself."""
+        self._c(g, "g", "left_gradient")
+        return self._c(euclidean_grad, "euclidean_grad", "left_gradient")
+
     def cay_jac_left(self, xi):
         return self._eye(self._c(xi, "xi", "cay_jac_left"))
 

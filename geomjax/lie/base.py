@@ -142,6 +142,25 @@ class LieGroup(eqx.Module):
         """Matrix representation of ``g`` (identity for matrix groups)."""
         return as_float(g)
 
+    def left_gradient(self, g, euclidean_grad) -> jax.Array:
+        """Left-trivialized differential from the Euclidean gradient of a function ``U``.
+
+        ``<dU(g), eta> = d/dε U(g exp(ε eta))|₀ = <∇U(g), g hat(eta)>_F``, so for a function defined
+        (and differentiable) on a neighbourhood of the group in the matrix space the left-
+        trivialized gradient is ``(<g^T ∇U, hat(e_i)>_F)_i``.  This is the torque of a potential
+        without differentiating through ``exp``.  Shapes: ``g``, ``euclidean_grad`` as elements;
+        returns ``(..., dim)``.
+        """
+        g = as_float(g)
+        A = jnp.swapaxes(self.to_matrix(g), -1, -2) @ self.to_matrix_gradient(g, euclidean_grad)
+        E = self.hat(jnp.eye(self.dim, dtype=A.dtype))  # (dim, n, n) basis of the algebra
+        return jnp.einsum("...jk,ijk->...i", A, E)
+
+    def to_matrix_gradient(self, g, euclidean_grad) -> jax.Array:
+        """Euclidean gradient with respect to the stored element → with respect to its matrix
+        (identity for matrix groups)."""
+        return as_float(euclidean_grad)
+
     def cay(self, xi) -> jax.Array:
         """Cayley map ``(I - hat(xi)/2)^{-1}(I + hat(xi)/2)`` (second-order accurate retraction)."""
         raise NotImplementedError(f"{self.name} has no Cayley map")

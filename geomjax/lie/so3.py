@@ -202,6 +202,15 @@ class SpecialOrthogonal3(LieGroup):
         w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left_inv")
         return jnp.eye(3, dtype=w.dtype) - 0.5 * _hat3(w) + 0.25 * outer(w, w)
 
+    def left_gradient(self, g, euclidean_grad):
+        """``vee(R^T ∇U − ∇U^T R)``: the body torque of a potential is ``−left_gradient``."""
+        R = check_shape(g, (3, 3), "g", "SO3.left_gradient")
+        A = mm(mT(R), check_shape(euclidean_grad, (3, 3), "euclidean_grad", "SO3.left_gradient"))
+        return jnp.stack(
+            [A[..., 2, 1] - A[..., 1, 2], A[..., 0, 2] - A[..., 2, 0], A[..., 1, 0] - A[..., 0, 1]],
+            -1,
+        )
+
     def defect(self, g):
         """``max|R^T R − I| + |det R − 1|`` (NaN propagates)."""
         R = check_shape(g, (3, 3), "g", "SO3.defect")

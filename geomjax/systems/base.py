@@ -183,12 +183,14 @@ class AbstractLieGroupSystem(AbstractSystem):
         return jnp.linalg.inv(self.inertia_matrix()) @ mu
 
     def potential_force(self, g) -> jax.Array:
-        """``-dV(g)`` in g*, the left-trivialized force of the potential (torque on SO(3))."""
+        """``-dV(g)`` in g*, the left-trivialized force of the potential (torque on SO(3)).
+
+        ``<dV(g), eta> = d/dε V(g exp(ε eta))``, computed from the Euclidean gradient of ``V``
+        (:meth:`LieGroup.left_gradient`) — no differentiation through ``exp``."""
         G = self.group
         if not self.has_potential:
             return jnp.zeros((G.dim,), dtype=jnp.result_type(g))
-        zero = jnp.zeros((G.dim,), dtype=jnp.result_type(g))
-        return -jax.grad(lambda e: self.potential_energy(G.compose(g, G.exp(e))))(zero)
+        return -G.left_gradient(g, jax.grad(self.potential_energy)(g))
 
     def kinetic_energy(self, state) -> jax.Array:
         _, mu = self.split(state)

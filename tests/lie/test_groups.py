@@ -122,6 +122,16 @@ def _identities(G, a):
         "Jcay_l": (G.cay_jac_left(xi_j), LieGroup.cay_jac_left(G, xi_j), 1e-11),
         "Jcay_l^-1 Jcay_l = I": (G.cay_jac_left_inv(xi_j) @ G.cay_jac_left(xi_j), eye_d, 1e-11),
         "Jcay_r(xi) = Jcay_l(-xi)": (G.cay_jac_right(xi_j), LieGroup.cay_jac_left(G, -xi_j), 1e-11),
+        # left-trivialized gradient of U(g) = sum(W * M(g)) against d/dε U(g exp(ε e_i))
+        "left_gradient": (
+            G.left_gradient(g, jax.grad(lambda a: jnp.sum(jnp.sin(M(a))))(g)),
+            jax.vmap(
+                lambda gg: jax.grad(lambda e: jnp.sum(jnp.sin(M(G.compose(gg, G.exp(e))))))(
+                    jnp.zeros(G.dim)
+                )
+            )(g.reshape((-1, *G.element_shape))).reshape((*batch, G.dim)),
+            1e-12,
+        ),
     }
     if G.name[0] not in "RT":  # abelian groups stored as vectors: cay is exp
         X_j = G.hat(xi_j)
