@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from ..lie._math import as_float
-from ._checks import check_positive, check_spd, spd_solve
+from ._checks import check_positive, check_spd, cho_solve
 
 
 class AmbientMetric(eqx.Module):
@@ -75,7 +75,7 @@ class AmbientMetric(eqx.Module):
             return A / M
         if self.kind == "diagonal":
             return A / M.reshape((-1,) + (1,) * (A.ndim - 1))
-        return spd_solve(M, A, "ambient_metric", "AmbientMetric.solve")
+        return cho_solve(M, A)  # validated (SPD) at construction
 
     def matrix(self, N: int, dtype=None):
         dtype = dtype or jnp.result_type(float)

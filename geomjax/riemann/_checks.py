@@ -3,8 +3,11 @@
 Shapes are static, so shape errors are raised as ``ValueError`` (naming the argument and what was
 expected) in eager mode and under ``jit`` alike.  Value checks (finiteness, positivity, positive
 definiteness) raise ``ValueError`` eagerly; when the value is traced (inside ``jit``, ``vmap``,
-``grad``) they are compiled with :func:`equinox.error_if`, which raises ``EquinoxRuntimeError``
-when the program runs.
+``grad``) they are compiled with :func:`equinox.error_if` / :func:`equinox.branched_error_if`,
+which raise ``EquinoxRuntimeError`` when the program runs.  Constructors use the ``check_*``
+functions (one check per parameter, once); the per-call methods use a :class:`Checker`, which
+merges all the value checks of a call into a single runtime check (each ``error_if`` is a host
+callback that costs compile time).
 """
 
 from __future__ import annotations
@@ -17,13 +20,12 @@ import numpy as np
 from ..lie._math import as_float
 
 __all__ = [
+    "Checker",
     "check_finite",
-    "check_matrix",
     "check_positive",
     "check_spd",
-    "check_vector",
+    "cho_solve",
     "is_traced",
-    "spd_solve",
 ]
 
 
@@ -38,24 +40,6 @@ def _fail(x, bad, msg: str):
     if bool(bad):
         raise ValueError(msg)
     return x
-
-
-def check_vector(x, name: str, where: str, n: int | None = None):
-    """``x`` as a float vector of shape ``(n,)`` (any length if ``n`` is None)."""
-    x = as_float(x)
-    if x.ndim != 1 or (n is not None and x.shape[0] != n):
-        want = f"({n},)" if n is not None else "(n,)"
-        raise ValueError(f"{where}: argument '{name}' must have shape {want}, got {tuple(x.shape)}")
-    return check_finite(x, name, where)
-
-
-def check_matrix(x, name: str, where: str, shape: tuple[int, int]):
-    x = as_float(x)
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(
-            f"{where}: argument '{name}' must have shape {shape}, got {tuple(x.shape)}"
-        )
-    return check_finite(x, name, where)
 
 
 def check_finite(x, name: str, where: str):
@@ -94,21 +78,88 @@ def check_spd(M, name: str, where: str, tol: float | None = None):
     )
 
 
-def spd_solve(G, b, name: str, where: str):
-    """Solve ``G x = b`` for a symmetric positive definite ``G`` (Cholesky).
+def cho_solve(G, b):
+    """Unchecked Cholesky solve (for matrices validated elsewhere)."""
+    return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(G), True), b)
 
-    ``b`` may be a vector ``(n,)`` or a matrix ``(n, k)``.  A ``G`` that is not positive definite
-    (a degenerate metric, a rank-deficient constraint Jacobian) raises a ``ValueError`` naming
-    ``name`` eagerly and an ``EquinoxRuntimeError`` under ``jit``.
+
+class Checker:
+    """The value checks of one public call.
+
+    Eagerly, every failed check raises a ``ValueError`` at once.  When the values are traced, the
+    predicates are collected and :meth:`done` attaches a *single*
+    :func:`equinox.branched_error_if` to the output (raising the message of the first failed
+    check when the program runs): one runtime check per call rather than one per argument, which
+    keeps compile times low.  Shape errors are always raised at trace time.
     """
-    L = jnp.linalg.cholesky(G)
-    bad = ~jnp.all(jnp.isfinite(L))
-    msg = (
-        f"{where}: '{name}' is not positive definite at this point (degenerate metric or "
-        "dependent constraints)"
-    )
-    L = _fail(L, bad, msg)
-    return jax.scipy.linalg.cho_solve((L, True), b)
+
+    def __init__(self, where: str):
+        self.where = where
+        self.preds: list = []
+        self.msgs: list[str] = []
+
+    def add(self, bad, msg: str) -> None:
+        if is_traced(bad):
+            self.preds.append(jnp.asarray(bad))
+            self.msgs.append(msg)
+        elif bool(bad):
+            raise ValueError(msg)
+
+    def shape_error(self, name: str, want: str, x) -> ValueError:
+        return ValueError(
+            f"{self.where}: argument '{name}' must have shape {want}, got {tuple(x.shape)}"
+        )
+
+    def finite(self, x, name: str):
+        x = as_float(x)
+        self.add(
+            ~jnp.all(jnp.isfinite(x)),
+            f"{self.where}: argument '{name}' must be finite (it contains NaN or inf)",
+        )
+        return x
+
+    def vector(self, x, name: str, n: int | None = None):
+        """``x`` as a finite float vector of shape ``(n,)`` (any length if ``n`` is None)."""
+        x = as_float(x)
+        if x.ndim != 1 or (n is not None and x.shape[0] != n):
+            raise self.shape_error(name, f"({n},)" if n is not None else "(n,)", x)
+        return self.finite(x, name)
+
+    def array(self, x, name: str, shape: tuple[int, ...]):
+        x = as_float(x)
+        if tuple(x.shape) != tuple(shape):
+            raise self.shape_error(name, str(tuple(shape)), x)
+        return self.finite(x, name)
+
+    def scalar(self, x, name: str):
+        x = as_float(x)
+        if x.ndim != 0:
+            raise ValueError(
+                f"{self.where}: argument '{name}' must be a scalar, got shape {tuple(x.shape)}"
+            )
+        return self.finite(x, name)
+
+    def positive(self, x, name: str):
+        x = self.finite(x, name)
+        self.add(~jnp.all(x > 0), f"{self.where}: argument '{name}' must be strictly positive")
+        return x
+
+    def solve(self, G, b, name: str):
+        """``G⁻¹ b`` by Cholesky; a ``G`` that is not positive definite is reported as ``name``."""
+        L = jnp.linalg.cholesky(G)
+        self.add(
+            ~jnp.all(jnp.isfinite(L)),
+            f"{self.where}: '{name}' is not positive definite at this point (degenerate metric "
+            "or dependent constraints)",
+        )
+        return jax.scipy.linalg.cho_solve((L, True), b)
+
+    def done(self, out):
+        """Attach the collected runtime checks (if any) to ``out``."""
+        if not self.preds:
+            return out
+        preds = jnp.stack([jnp.any(p) for p in self.preds])
+        return eqx.branched_error_if(out, jnp.any(preds), jnp.argmax(preds), tuple(self.msgs))
 
 
 def _show(x) -> str:

@@ -28,6 +28,7 @@ with ``jax.vmap``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -35,8 +36,8 @@ import jax.numpy as jnp
 
 from ..lie._math import as_float
 from ._ambient import AmbientMetric
-from ._checks import check_vector, spd_solve
-from .metric import christoffel
+from ._checks import Checker
+from .metric import _christoffel
 
 __all__ = ["Embedding", "LevelSetConstraint"]
 
@@ -49,6 +50,13 @@ def _second_derivative(f, x, u, w):
 def _check_callable(f, name: str, where: str):
     if not callable(f):
         raise ValueError(f"{where}: argument '{name}' must be callable, got {type(f).__name__}")
+
+
+class _Frame(NamedTuple):
+    q: jax.Array  # (l,)
+    J: jax.Array  # ∂φ/∂q, (N, l)
+    MJ: jax.Array  # M J
+    g: jax.Array  # induced metric Jᵀ M J, (l, l)
 
 
 class Embedding(eqx.Module):
@@ -81,126 +89,150 @@ class Embedding(eqx.Module):
         self.phi = phi
         self.ambient = AmbientMetric(ambient_metric, "Embedding")
 
-    # --- geometry ----------------------------------------------------------------------------
-    def _q(self, q, where):
-        return check_vector(q, "q", f"Embedding.{where}")
-
-    def _phi(self, q, where="position"):
+    # --- internals (inputs already validated) --------------------------------------------------
+    def _x(self, q, where):
         x = as_float(self.phi(q))
         if x.ndim != 1:
             raise ValueError(
-                f"Embedding.{where}: argument 'phi' must map q of shape {tuple(q.shape)} to a "
-                f"vector x of shape (N,), got shape {tuple(x.shape)}"
+                f"{where}: argument 'phi' must map q of shape {tuple(q.shape)} to a vector x of "
+                f"shape (N,), got shape {tuple(x.shape)}"
             )
-        self.ambient.check_dim(x.shape[0], f"Embedding.{where}")
+        self.ambient.check_dim(x.shape[0], where)
         return x
 
-    def _frame(self, q, where):
-        """``J = ∂φ/∂q`` ``(N, l)``, ``M J`` and the induced metric ``g = Jᵀ M J``."""
-        q = self._q(q, where)
-
+    def _frame(self, q, where) -> _Frame:
         def both(y):
-            x = self._phi(y, where)
+            x = self._x(y, where)
             return x, x
 
         J, _ = jax.jacfwd(both, has_aux=True)(q)
         MJ = self.ambient.apply(J)
-        return q, J, MJ, J.T @ MJ
+        return _Frame(q, J, MJ, J.T @ MJ)
 
+    def _start(self, where, q, **vectors):
+        """Checker, validated q, frame and the other validated vectors (ambient ones: shape N)."""
+        chk = Checker(f"Embedding.{where}")
+        q = chk.vector(q, "q")
+        fr = self._frame(q, chk.where)
+        N, l = fr.J.shape
+        dims = {"qdot": l, "u": l, "w": l}
+        out = [
+            None if x is None else chk.vector(x, name, dims.get(name, N))
+            for name, x in vectors.items()
+        ]
+        return chk, fr, out
+
+    def _velocity(self, q, qdot):
+        return jax.jvp(self.phi, (q,), (qdot,))[1]
+
+    def _dynamics(self, chk, fr, qdot, F):
+        """``∂²φ(q̇, q̇)`` and ``q̈ = g⁻¹(Jᵀ F − Jᵀ M ∂²φ(q̇, q̇))``."""
+        curv = _second_derivative(self.phi, fr.q, qdot, qdot)
+        rhs = -fr.MJ.T @ curv if F is None else fr.J.T @ F - fr.MJ.T @ curv
+        return curv, chk.solve(fr.g, rhs, "induced metric")
+
+    # --- geometry ----------------------------------------------------------------------------
     def position(self, q) -> jax.Array:
         """``x = φ(q)``, shape ``(N,)``."""
-        return self._phi(self._q(q, "position"))
+        chk = Checker("Embedding.position")
+        q = chk.vector(q, "q")
+        return chk.done(self._x(q, chk.where))
 
     def tangent_basis(self, q) -> jax.Array:
         """``J = ∂φ/∂q``, shape ``(N, l)`` (columns ``∂_a`` span the tangent space)."""
-        return self._frame(q, "tangent_basis")[1]
+        chk, fr, _ = self._start("tangent_basis", q)
+        return chk.done(fr.J)
 
     def induced_metric(self, q) -> jax.Array:
         """Intrinsic metric ``g_con = Jᵀ M J``, shape ``(l, l)``."""
-        return self._frame(q, "induced_metric")[3]
+        chk, fr, _ = self._start("induced_metric", q)
+        return chk.done(fr.g)
+
+    def _induced_metric(self, q):
+        J = jax.jacfwd(self.phi)(q)
+        return J.T @ self.ambient.apply(J)
 
     def christoffel(self, q) -> jax.Array:
         """Christoffel symbols ``Γ^a_{bc}`` of the induced metric, ``(l, l, l)`` indexed ``[a, b, c]``."""
-        return christoffel(self.induced_metric, q)
+        chk = Checker("Embedding.christoffel")
+        q = chk.vector(q, "q")
+        return chk.done(_christoffel(self._induced_metric, q, chk))
 
     def velocity(self, q, qdot) -> jax.Array:
         """Ambient velocity ``ẋ = J q̇``, shape ``(N,)``."""
-        q = self._q(q, "velocity")
-        qdot = check_vector(qdot, "qdot", "Embedding.velocity", q.shape[0])
-        return jax.jvp(self.phi, (q,), (qdot,))[1]
+        chk = Checker("Embedding.velocity")
+        q = chk.vector(q, "q")
+        qdot = chk.vector(qdot, "qdot", q.shape[0])
+        return chk.done(self._velocity(q, qdot))
 
     def kinetic_energy(self, q, qdot) -> jax.Array:
         """``½ ẋᵀ M ẋ`` (the intrinsic kinetic energy ``½ g_con(q̇, q̇)``)."""
-        xd = self.velocity(q, qdot)
-        return 0.5 * xd @ self.ambient.apply(xd)
+        chk = Checker("Embedding.kinetic_energy")
+        q = chk.vector(q, "q")
+        qdot = chk.vector(qdot, "qdot", q.shape[0])
+        xd = self._velocity(q, qdot)
+        return chk.done(0.5 * xd @ self.ambient.apply(xd))
 
     def lagrangian(self, potential: Callable | None = None) -> Callable:
-        """``L(q, q̇) = ½ g_con(q̇, q̇) − V(φ(q))`` with ``potential(x) -> ()`` (or none)."""
+        """``L(q, q̇) = ½ g_con(q̇, q̇) − V(φ(q))`` with ``potential(x) -> ()`` (or none).
+
+        The returned function does not validate its inputs (it is meant to be differentiated, e.g.
+        by :func:`geomjax.riemann.euler_lagrange_acceleration`, which does).
+        """
 
         def L(q, qdot):
-            K = self.kinetic_energy(q, qdot)
+            xd = self._velocity(q, qdot)
+            K = 0.5 * xd @ self.ambient.apply(xd)
             return K if potential is None else K - potential(self.phi(q))
 
         return L
 
     # --- projections (orthogonal in the ambient metric M) -------------------------------------
+    def _tangent(self, chk, fr, X):
+        return fr.J @ chk.solve(fr.g, fr.MJ.T @ X, "induced metric")
+
     def tangent_projection(self, q, X) -> jax.Array:
         """``π^∥(X) = J g_con⁻¹ Jᵀ M X`` for an ambient vector ``X`` ``(N,)``."""
-        q, J, MJ, g = self._frame(q, "tangent_projection")
-        X = check_vector(X, "X", "Embedding.tangent_projection", J.shape[0])
-        return J @ spd_solve(g, MJ.T @ X, "induced metric", "Embedding.tangent_projection")
+        chk, fr, (X,) = self._start("tangent_projection", q, X=X)
+        return chk.done(self._tangent(chk, fr, X))
 
     def normal_projection(self, q, X) -> jax.Array:
         """``π^⊥(X) = X − π^∥(X)``: the M-orthogonal normal component of a vector."""
-        return as_float(X) - self.tangent_projection(q, X)
+        chk, fr, (X,) = self._start("normal_projection", q, X=X)
+        return chk.done(X - self._tangent(chk, fr, X))
 
     def intrinsic_force(self, q, F) -> jax.Array:
         """``F_con = i*F = Jᵀ F``, shape ``(l,)`` (generalized force)."""
-        q, J, _, _ = self._frame(q, "intrinsic_force")
-        return J.T @ check_vector(F, "F", "Embedding.intrinsic_force", J.shape[0])
+        chk, fr, (F,) = self._start("intrinsic_force", q, F=F)
+        return chk.done(fr.J.T @ F)
 
     def normal_force(self, q, F) -> jax.Array:
-        """``π_⊥(F) = F − M J g_con⁻¹ Jᵀ F``: the part of a covector that annihilates ``T P_con``."""
-        q, J, MJ, g = self._frame(q, "normal_force")
-        F = check_vector(F, "F", "Embedding.normal_force", J.shape[0])
-        return F - MJ @ spd_solve(g, J.T @ F, "induced metric", "Embedding.normal_force")
+        """``π_⊥(F) = F − M J g_con⁻¹ Jᵀ F``: the part of a covector that annihilates ``T P_con``
+        (the lift ``j(Jᵀ F) = M J g_con⁻¹ Jᵀ F`` uses the inverse of the induced metric)."""
+        chk, fr, (F,) = self._start("normal_force", q, F=F)
+        return chk.done(F - fr.MJ @ chk.solve(fr.g, fr.J.T @ F, "induced metric"))
 
     def second_fundamental_form(self, q, u, w=None) -> jax.Array:
         """``N(u, w) = π^⊥(∂²φ(q)[u, w])``, a normal vector of shape ``(N,)``; ``w = u`` if omitted."""
-        q = self._q(q, "second_fundamental_form")
-        u = check_vector(u, "u", "Embedding.second_fundamental_form", q.shape[0])
-        w = (
-            u
-            if w is None
-            else check_vector(w, "w", "Embedding.second_fundamental_form", q.shape[0])
-        )
-        return self.normal_projection(q, _second_derivative(self.phi, q, u, w))
+        chk, fr, (u, w) = self._start("second_fundamental_form", q, u=u, w=w)
+        w = u if w is None else w
+        d2 = _second_derivative(self.phi, fr.q, u, w)
+        return chk.done(d2 - self._tangent(chk, fr, d2))
 
     # --- dynamics ----------------------------------------------------------------------------
-    def _dynamics(self, q, qdot, force, where):
-        q, J, MJ, g = self._frame(q, where)
-        qdot = check_vector(qdot, "qdot", f"Embedding.{where}", q.shape[0])
-        N = J.shape[0]
-        F = (
-            jnp.zeros(N, J.dtype)
-            if force is None
-            else check_vector(force, "force", f"Embedding.{where}", N)
-        )
-        curv = _second_derivative(self.phi, q, qdot, qdot)  # ∂²φ(q̇, q̇), ambient (N,)
-        qddot = spd_solve(g, J.T @ F - MJ.T @ curv, "induced metric", f"Embedding.{where}")
-        return J, MJ, g, F, curv, qddot
-
     def acceleration(self, q, qdot, force=None) -> jax.Array:
         """Intrinsic equation of motion (Thm 2.1, first line, with ``R_con = 0``).
 
         ``q̈ = g_con⁻¹ (Jᵀ F − Jᵀ M ∂²φ(q̇, q̇)) = −Γ_con(q̇, q̇) + g_con⁻¹ F_con``, shape ``(l,)``.
         """
-        return self._dynamics(q, qdot, force, "acceleration")[-1]
+        chk, fr, (qdot, F) = self._start("acceleration", q, qdot=qdot, force=force)
+        return chk.done(self._dynamics(chk, fr, qdot, F)[1])
 
     def ambient_acceleration(self, q, qdot, force=None) -> jax.Array:
         """Extrinsic acceleration ``ẍ = J q̈ + ∂²φ(q̇, q̇)``, shape ``(N,)``."""
-        J, _, _, _, curv, qddot = self._dynamics(q, qdot, force, "ambient_acceleration")
-        return J @ qddot + curv
+        chk, fr, (qdot, F) = self._start("ambient_acceleration", q, qdot=qdot, force=force)
+        curv, qddot = self._dynamics(chk, fr, qdot, F)
+        return chk.done(fr.J @ qddot + curv)
 
     def reaction_force(self, q, qdot, force=None) -> jax.Array:
         """Reaction of the ideal constraint (seed 000, Thm 2.1, eq. 2.2), a covector ``(N,)``.
@@ -208,10 +240,11 @@ class Embedding(eqx.Module):
         ``R = M N(q̇, q̇) − π_⊥(F)``; equals ``M ẍ − F`` on the constrained motion and satisfies
         ``Jᵀ R = 0`` (zero power on every tangent velocity).
         """
-        J, MJ, g, F, curv, _ = self._dynamics(q, qdot, force, "reaction_force")
-        # M π^⊥(curv) − π_⊥(F) = (M curv − F) − M J g⁻¹ Jᵀ (M curv − F)
-        r = self.ambient.apply(curv) - F
-        return r - MJ @ spd_solve(g, J.T @ r, "induced metric", "Embedding.reaction_force")
+        chk, fr, (qdot, F) = self._start("reaction_force", q, qdot=qdot, force=force)
+        curv = _second_derivative(self.phi, fr.q, qdot, qdot)
+        # M π^⊥(curv) − π_⊥(F) = r − M J g⁻¹ Jᵀ r  with  r = M curv − F
+        r = self.ambient.apply(curv) if F is None else self.ambient.apply(curv) - F
+        return chk.done(r - fr.MJ @ chk.solve(fr.g, fr.J.T @ r, "induced metric"))
 
 
 class LevelSetConstraint(eqx.Module):
@@ -239,58 +272,71 @@ class LevelSetConstraint(eqx.Module):
     def _c(self, x):
         return jnp.atleast_1d(as_float(self.c(x)))
 
-    def _x(self, x, where):
-        x = check_vector(x, "x", f"LevelSetConstraint.{where}")
-        self.ambient.check_dim(x.shape[0], f"LevelSetConstraint.{where}")
-        return x
+    def _start(self, where, x, **vectors):
+        chk = Checker(f"LevelSetConstraint.{where}")
+        x = chk.vector(x, "x")
+        N = x.shape[0]
+        self.ambient.check_dim(N, chk.where)
+        out = [None if v is None else chk.vector(v, name, N) for name, v in vectors.items()]
+        return chk, x, out
+
+    def _schur(self, x):
+        A = jax.jacfwd(self._c)(x)
+        MinvAT = self.ambient.solve(A.T)  # (N, k)
+        return A, MinvAT, A @ MinvAT
 
     def value(self, x) -> jax.Array:
         """``c(x)``, shape ``(k,)`` (zero on the constraint)."""
-        return self._c(self._x(x, "value"))
+        chk, x, _ = self._start("value", x)
+        return chk.done(self._c(x))
 
     def constraint_jacobian(self, x) -> jax.Array:
         """``A = ∂c/∂x``, shape ``(k, N)``."""
-        return jax.jacfwd(self._c)(self._x(x, "constraint_jacobian"))
+        chk, x, _ = self._start("constraint_jacobian", x)
+        return chk.done(jax.jacfwd(self._c)(x))
 
-    def _schur(self, x, where):
-        x = self._x(x, where)
-        A = jax.jacfwd(self._c)(x)
-        MinvAT = self.ambient.solve(A.T)  # (N, k)
-        return x, A, MinvAT, A @ MinvAT
+    def _tangent(self, chk, x, X):
+        A, MinvAT, S = self._schur(x)
+        return X - MinvAT @ chk.solve(S, A @ X, "A M⁻¹ Aᵀ")
 
     def tangent_projection(self, x, X) -> jax.Array:
         """``X − M⁻¹Aᵀ(A M⁻¹ Aᵀ)⁻¹ A X`` (M-orthogonal projection onto ``ker A``)."""
-        x, A, MinvAT, S = self._schur(x, "tangent_projection")
-        X = check_vector(X, "X", "LevelSetConstraint.tangent_projection", x.shape[0])
-        return X - MinvAT @ spd_solve(S, A @ X, "A M⁻¹ Aᵀ", "LevelSetConstraint")
+        chk, x, (X,) = self._start("tangent_projection", x, X=X)
+        return chk.done(self._tangent(chk, x, X))
 
     def normal_projection(self, x, X) -> jax.Array:
-        return as_float(X) - self.tangent_projection(x, X)
+        chk, x, (X,) = self._start("normal_projection", x, X=X)
+        return chk.done(X - self._tangent(chk, x, X))
 
     def second_fundamental_form(self, x, u, w=None) -> jax.Array:
         """``N(u, w) = −M⁻¹Aᵀ(A M⁻¹ Aᵀ)⁻¹ ∂²c(u, w)`` for tangent ``u, w`` (normal vector ``(N,)``)."""
-        x, _A, MinvAT, S = self._schur(x, "second_fundamental_form")
-        u = check_vector(u, "u", "LevelSetConstraint.second_fundamental_form", x.shape[0])
-        w = u if w is None else check_vector(w, "w", "LevelSetConstraint", x.shape[0])
+        chk, x, (u, w) = self._start("second_fundamental_form", x, u=u, w=w)
+        w = u if w is None else w
+        _, MinvAT, S = self._schur(x)
         d2c = _second_derivative(self._c, x, u, w)
-        return -MinvAT @ spd_solve(S, d2c, "A M⁻¹ Aᵀ", "LevelSetConstraint")
+        return chk.done(-MinvAT @ chk.solve(S, d2c, "A M⁻¹ Aᵀ"))
+
+    def _multipliers(self, chk, x, v, F):
+        A, _, S = self._schur(x)
+        rhs = _second_derivative(self._c, x, v, v)
+        if F is not None:
+            rhs = rhs + A @ self.ambient.solve(F)
+        return A, -chk.solve(S, rhs, "A M⁻¹ Aᵀ (constraints must be independent)")
 
     def multipliers(self, x, v, force=None) -> jax.Array:
         """Lagrange multipliers ``λ`` ``(k,)`` for a state on the constraint (``c = 0``, ``A v = 0``)."""
-        x, A, _MinvAT, S = self._schur(x, "multipliers")
-        v = check_vector(v, "v", "LevelSetConstraint.multipliers", x.shape[0])
-        rhs = _second_derivative(self._c, x, v, v)
-        if force is not None:
-            F = check_vector(force, "force", "LevelSetConstraint.multipliers", x.shape[0])
-            rhs = rhs + A @ self.ambient.solve(F)
-        return -spd_solve(S, rhs, "A M⁻¹ Aᵀ (constraints must be independent)", "multipliers")
+        chk, x, (v, F) = self._start("multipliers", x, v=v, force=force)
+        return chk.done(self._multipliers(chk, x, v, F)[1])
 
     def reaction_force(self, x, v, force=None) -> jax.Array:
         """Reaction covector ``Aᵀλ``, shape ``(N,)``."""
-        return self.constraint_jacobian(x).T @ self.multipliers(x, v, force)
+        chk, x, (v, F) = self._start("reaction_force", x, v=v, force=force)
+        A, lam = self._multipliers(chk, x, v, F)
+        return chk.done(A.T @ lam)
 
     def acceleration(self, x, v, force=None) -> jax.Array:
         """``ẍ = M⁻¹(F + Aᵀλ)``, shape ``(N,)``."""
-        R = self.reaction_force(x, v, force)
-        F = R if force is None else R + as_float(force)
-        return self.ambient.solve(F)
+        chk, x, (v, F) = self._start("acceleration", x, v=v, force=force)
+        A, lam = self._multipliers(chk, x, v, F)
+        R = A.T @ lam
+        return chk.done(self.ambient.solve(R if F is None else R + F))

@@ -28,8 +28,8 @@ import jax.numpy as jnp
 
 from ..lie import LieGroup
 from ..lie._math import as_float
-from ._checks import check_spd, check_vector, spd_solve
-from .metric import christoffel, geodesic_acceleration
+from ._checks import Checker, check_spd, cho_solve
+from .metric import _christoffel, _first_kind_contract
 
 __all__ = ["LeftInvariantMetric"]
 
@@ -70,43 +70,51 @@ class LeftInvariantMetric(eqx.Module):
     def dim(self) -> int:
         return self.group.dim
 
-    def _vec(self, x, name, where):
-        return check_vector(x, name, f"LeftInvariantMetric.{where}", self.dim)
+    def _chk(self, where, **vectors):
+        chk = Checker(f"LeftInvariantMetric.{where}")
+        return chk, [chk.vector(x, name, self.dim) for name, x in vectors.items()]
+
+    def _Iinv(self, mu):
+        return cho_solve(self.inertia, mu)  # the inertia was validated at construction
 
     # --- the metric in the frame -------------------------------------------------------------
     def inner(self, xi, eta) -> jax.Array:
         """``⟨ξ, η⟩ = ξᵀ I η``."""
-        return self._vec(xi, "xi", "inner") @ self.inertia @ self._vec(eta, "eta", "inner")
+        chk, (xi, eta) = self._chk("inner", xi=xi, eta=eta)
+        return chk.done(xi @ self.inertia @ eta)
 
     def momentum(self, xi) -> jax.Array:
         """Body momentum ``μ = I ξ``."""
-        return self.inertia @ self._vec(xi, "xi", "momentum")
+        chk, (xi,) = self._chk("momentum", xi=xi)
+        return chk.done(self.inertia @ xi)
 
     def velocity(self, mu) -> jax.Array:
         """Body velocity ``ξ = I⁻¹ μ``."""
-        return spd_solve(self.inertia, self._vec(mu, "mu", "velocity"), "inertia", "velocity")
+        chk, (mu,) = self._chk("velocity", mu=mu)
+        return chk.done(self._Iinv(mu))
 
     def kinetic_energy(self, xi) -> jax.Array:
         return 0.5 * self.inner(xi, xi)
+
+    def _connection(self, xi, eta):
+        G = self.group
+        w = G.coad(xi, self.inertia @ eta) + G.coad(eta, self.inertia @ xi)
+        return 0.5 * (G.ad(xi) @ eta - self._Iinv(w))
 
     def connection(self, xi, eta) -> jax.Array:
         """``∇_ξ η`` for the left-invariant fields ξ, η (Arnold's formula).
 
         ``∇_ξ η = ½([ξ, η] − I⁻¹(ad_ξᵀ Iη + ad_ηᵀ Iξ))``, shape ``(dim,)``.
         """
-        xi = self._vec(xi, "xi", "connection")
-        eta = self._vec(eta, "eta", "connection")
-        G = self.group
-        bracket = G.ad(xi) @ eta
-        w = G.coad(xi, self.inertia @ eta) + G.coad(eta, self.inertia @ xi)
-        return 0.5 * (bracket - spd_solve(self.inertia, w, "inertia", "connection"))
+        chk, (xi, eta) = self._chk("connection", xi=xi, eta=eta)
+        return chk.done(self._connection(xi, eta))
 
     def frame_christoffel(self) -> jax.Array:
         """Connection coefficients in the left-invariant frame, ``C[k, i, j]``, ``∇_{e_i} e_j =
         C^k_{ij} e_k``; shape ``(dim, dim, dim)``.  Not symmetric in ``i, j``:
         ``C^k_{ij} − C^k_{ji} = [e_i, e_j]^k``."""
         E = jnp.eye(self.dim, dtype=self.inertia.dtype)
-        C = jax.vmap(lambda a: jax.vmap(lambda b: self.connection(a, b))(E))(E)  # [i, j, k]
+        C = jax.vmap(lambda a: jax.vmap(lambda b: self._connection(a, b))(E))(E)  # [i, j, k]
         return jnp.transpose(C, (2, 0, 1))
 
     def euler_poincare(self, xi) -> jax.Array:
@@ -114,26 +122,31 @@ class LeftInvariantMetric(eqx.Module):
 
         On SO(3) with diagonal inertia this is Euler's ``I Ω̇ = IΩ × Ω``.
         """
-        xi = self._vec(xi, "xi", "euler_poincare")
-        mu_dot = self.group.coad(xi, self.inertia @ xi)
-        return spd_solve(self.inertia, mu_dot, "inertia", "euler_poincare")
+        chk, (xi,) = self._chk("euler_poincare", xi=xi)
+        return chk.done(self._Iinv(self.group.coad(xi, self.inertia @ xi)))
 
     # --- exponential coordinates ----------------------------------------------------------------
     def body_velocity(self, q, qdot) -> jax.Array:
         """``ξ = g⁻¹ġ = J_r(q) q̇`` for ``g = exp(q)``."""
-        q = self._vec(q, "q", "body_velocity")
-        return self.group.jac_right(q) @ self._vec(qdot, "qdot", "body_velocity")
+        chk, (q, qdot) = self._chk("body_velocity", q=q, qdot=qdot)
+        return chk.done(self.group.jac_right(q) @ qdot)
 
-    def exp_coords_metric(self, q) -> jax.Array:
-        """Metric in exponential coordinates, ``J_r(q)ᵀ I J_r(q)``, shape ``(dim, dim)``."""
-        q = self._vec(q, "q", "exp_coords_metric")
+    def _exp_metric(self, q):
         J = self.group.jac_right(q)
         return J.T @ self.inertia @ J
 
+    def exp_coords_metric(self, q) -> jax.Array:
+        """Metric in exponential coordinates, ``J_r(q)ᵀ I J_r(q)``, shape ``(dim, dim)``."""
+        chk, (q,) = self._chk("exp_coords_metric", q=q)
+        return chk.done(self._exp_metric(q))
+
     def exp_coords_christoffel(self, q) -> jax.Array:
         """Coordinate Christoffel symbols ``Γ^k_{ij}(q)`` in exponential coordinates, ``[k, i, j]``."""
-        return christoffel(self.exp_coords_metric, q)
+        chk, (q,) = self._chk("exp_coords_christoffel", q=q)
+        return chk.done(_christoffel(self._exp_metric, q, chk))
 
     def exp_coords_geodesic_acceleration(self, q, qdot) -> jax.Array:
         """``q̈ = −Γ(q̇, q̇)`` in exponential coordinates (contraction, no ``dim³`` tensor)."""
-        return geodesic_acceleration(self.exp_coords_metric, q, qdot)
+        chk, (q, qdot) = self._chk("exp_coords_geodesic_acceleration", q=q, qdot=qdot)
+        g, b = _first_kind_contract(self._exp_metric, q, qdot, qdot, chk.where)
+        return chk.done(-chk.solve(g, b, "metric(q)"))

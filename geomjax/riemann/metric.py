@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from ..lie._math import as_float
-from ._checks import check_positive, check_vector, spd_solve
+from ._checks import Checker, cho_solve
 
 __all__ = [
     "christoffel",
@@ -53,7 +53,9 @@ __all__ = [
 Metric = Callable[[jax.Array], jax.Array]
 
 
-def _check_metric_value(g, n: int, where: str):
+def _metric_value(metric: Metric, q, where: str):
+    g = as_float(metric(q))
+    n = q.shape[0]
     if tuple(g.shape) != (n, n):
         raise ValueError(
             f"{where}: argument 'metric' must return an ({n}, {n}) matrix for a point q of shape "
@@ -64,15 +66,18 @@ def _check_metric_value(g, n: int, where: str):
 
 def _metric_and_jacobian(metric: Metric, q, where: str):
     """``g(q)`` and ``dg[i, j, k] = ∂_k g_ij`` in one forward-mode pass."""
-    n = q.shape[0]
 
     def both(x):
-        g = as_float(metric(x))
-        _check_metric_value(g, n, where)
+        g = _metric_value(metric, x, where)
         return g, g
 
     dg, g = jax.jacfwd(both, has_aux=True)(q)
     return g, dg
+
+
+def _first_kind_from_dg(dg):
+    # dg[a, b, c] = ∂_c g_ab;  ∂_j g_ki = dg[k, i, j], ∂_i g_kj = dg[k, j, i], ∂_k g_ij = dg[i, j, k]
+    return 0.5 * (dg + jnp.swapaxes(dg, 1, 2) - jnp.transpose(dg, (2, 0, 1)))
 
 
 def christoffel_first_kind(metric: Metric, q) -> jax.Array:
@@ -81,14 +86,17 @@ def christoffel_first_kind(metric: Metric, q) -> jax.Array:
     ``Γ_{k,ij} = ½ (∂_j g_{ki} + ∂_i g_{kj} − ∂_k g_{ij})`` with the derivatives of
     ``metric(q) -> (n, n)`` taken by forward-mode autodiff (``n`` JVPs).
     """
-    q = check_vector(q, "q", "christoffel_first_kind")
-    _, dg = _metric_and_jacobian(metric, q, "christoffel_first_kind")
-    return _first_kind_from_dg(dg)
+    chk = Checker("christoffel_first_kind")
+    q = chk.vector(q, "q")
+    _, dg = _metric_and_jacobian(metric, q, chk.where)
+    return chk.done(_first_kind_from_dg(dg))
 
 
-def _first_kind_from_dg(dg):
-    # dg[a, b, c] = ∂_c g_ab;  ∂_j g_ki = dg[k, i, j], ∂_i g_kj = dg[k, j, i], ∂_k g_ij = dg[i, j, k]
-    return 0.5 * (dg + jnp.swapaxes(dg, 1, 2) - jnp.transpose(dg, (2, 0, 1)))
+def _christoffel(metric: Metric, q, chk: Checker):
+    g, dg = _metric_and_jacobian(metric, q, chk.where)
+    n = q.shape[0]
+    gamma1 = _first_kind_from_dg(dg).reshape(n, n * n)
+    return chk.solve(g, gamma1, "metric(q)").reshape(n, n, n)
 
 
 def christoffel(metric: Metric, q) -> jax.Array:
@@ -96,17 +104,16 @@ def christoffel(metric: Metric, q) -> jax.Array:
 
     ``Γ^k_{ij} = g^{kl} Γ_{l,ij}`` (Levi-Civita connection, symmetric in ``i, j``), from
     ``metric(q) -> (n, n)`` by forward-mode autodiff (``jax.jacfwd``).  The geodesic equation reads
-    ``q̈^k + Γ^k_{ij} q̇^i q̇^j = 0``.  Forms the full ``n³`` tensor; for the contraction
-    ``Γ(v, v)`` alone use :func:`geodesic_acceleration` (cost independent of ``n``·metric).
+    ``q̈^k + Γ^k_{ij} q̇^i q̇^j = 0``.  Forms the full ``n³`` tensor with ``n`` JVPs of the metric;
+    for the contraction ``Γ(v, v)`` alone use :func:`geodesic_acceleration`.
 
     Raises ``ValueError`` naming ``q`` for a wrong shape or non-finite values, naming ``metric``
-    if it returns the wrong shape or a matrix that is not positive definite.
+    if it returns the wrong shape or a matrix that is not positive definite (under ``jit``: an
+    ``EquinoxRuntimeError`` with the same message).
     """
-    q = check_vector(q, "q", "christoffel")
-    g, dg = _metric_and_jacobian(metric, q, "christoffel")
-    n = q.shape[0]
-    gamma1 = _first_kind_from_dg(dg)
-    return spd_solve(g, gamma1.reshape(n, n * n), "metric(q)", "christoffel").reshape(n, n, n)
+    chk = Checker("christoffel")
+    q = chk.vector(q, "q")
+    return chk.done(_christoffel(metric, q, chk))
 
 
 def _first_kind_contract(metric: Metric, q, u, w, where: str):
@@ -115,9 +122,7 @@ def _first_kind_contract(metric: Metric, q, u, w, where: str):
     ``Γ_{k,ij} u^i w^j = ½ ((∂_w g) u + (∂_u g) w − ∇_q (uᵀ g w))_k``: one linearization of the
     metric, one or two JVPs and one transposed JVP (a VJP).
     """
-    n = q.shape[0]
-    g, lin = jax.linearize(lambda x: as_float(metric(x)), q)
-    _check_metric_value(g, n, where)
+    g, lin = jax.linearize(lambda x: _metric_value(metric, x, where), q)
     dg_w = lin(w)
     dg_u = dg_w if u is w else lin(u)
     (grad_uw,) = jax.linear_transpose(lin, q)(jnp.outer(u, w).astype(g.dtype))
@@ -129,13 +134,13 @@ def christoffel_contract(metric: Metric, q, u, w) -> jax.Array:
 
     Symmetric in ``u, w``.  Uses JVPs/VJPs of the metric (see :func:`geodesic_acceleration`).
     """
-    where = "christoffel_contract"
-    q = check_vector(q, "q", where)
+    chk = Checker("christoffel_contract")
+    q = chk.vector(q, "q")
     n = q.shape[0]
-    u = check_vector(u, "u", where, n)
-    w = check_vector(w, "w", where, n)
-    g, b = _first_kind_contract(metric, q, u, w, where)
-    return spd_solve(g, b, "metric(q)", where)
+    u = chk.vector(u, "u", n)
+    w = chk.vector(w, "w", n)
+    g, b = _first_kind_contract(metric, q, u, w, chk.where)
+    return chk.done(chk.solve(g, b, "metric(q)"))
 
 
 def geodesic_acceleration(metric: Metric, q, v) -> jax.Array:
@@ -145,11 +150,11 @@ def geodesic_acceleration(metric: Metric, q, v) -> jax.Array:
     one VJP of ``metric`` and a Cholesky solve, so the cost is a small multiple of one metric
     evaluation (``christoffel`` needs ``n`` JVPs and ``n³`` memory).
     """
-    where = "geodesic_acceleration"
-    q = check_vector(q, "q", where)
-    v = check_vector(v, "v", where, q.shape[0])
-    g, b = _first_kind_contract(metric, q, v, v, where)
-    return -spd_solve(g, b, "metric(q)", where)
+    chk = Checker("geodesic_acceleration")
+    q = chk.vector(q, "q")
+    v = chk.vector(v, "v", q.shape[0])
+    g, b = _first_kind_contract(metric, q, v, v, chk.where)
+    return chk.done(-chk.solve(g, b, "metric(q)"))
 
 
 def newton_acceleration(metric: Metric, q, v, force=None, mass=1.0) -> jax.Array:
@@ -158,14 +163,14 @@ def newton_acceleration(metric: Metric, q, v, force=None, mass=1.0) -> jax.Array
     ``q̈ = −Γ(v, v) + g^{-1} F / m`` with ``force`` a covector ``F_i`` of shape ``(n,)`` (``None``:
     free motion, a geodesic) and ``mass`` a positive scalar.  Contraction only (no n³ tensor).
     """
-    where = "newton_acceleration"
-    q = check_vector(q, "q", where)
+    chk = Checker("newton_acceleration")
+    q = chk.vector(q, "q")
     n = q.shape[0]
-    v = check_vector(v, "v", where, n)
-    mass = check_positive(as_float(mass), "mass", where)
-    g, b = _first_kind_contract(metric, q, v, v, where)
-    rhs = -b if force is None else check_vector(force, "force", where, n) / mass - b
-    return spd_solve(g, rhs, "metric(q)", where)
+    v = chk.vector(v, "v", n)
+    mass = chk.positive(chk.scalar(mass, "mass"), "mass")
+    g, b = _first_kind_contract(metric, q, v, v, chk.where)
+    rhs = -b if force is None else chk.vector(force, "force", n) / mass - b
+    return chk.done(chk.solve(g, rhs, "metric(q)"))
 
 
 def euler_lagrange_acceleration(lagrangian: Callable, q, v, force=None, t=None) -> jax.Array:
@@ -178,14 +183,14 @@ def euler_lagrange_acceleration(lagrangian: Callable, q, v, force=None, t=None) 
     non-conservative generalized forces.  The velocity Hessian must be positive definite
     (mechanical Lagrangians ``K − V``), otherwise a ``ValueError`` naming ``lagrangian`` is raised.
     """
-    where = "euler_lagrange_acceleration"
-    q = check_vector(q, "q", where)
+    chk = Checker("euler_lagrange_acceleration")
+    q = chk.vector(q, "q")
     n = q.shape[0]
-    v = check_vector(v, "v", where, n)
+    v = chk.vector(v, "v", n)
     if t is None:
         L = lagrangian
     else:
-        t = as_float(t)
+        t = chk.scalar(t, "t")
         L = lambda q_, v_: lagrangian(t, q_, v_)  # noqa: E731
     p = jax.grad(L, argnums=1)  # momentum ∂L/∂q̇
     H = jax.jacfwd(p, argnums=1)(q, v)
@@ -198,8 +203,8 @@ def euler_lagrange_acceleration(lagrangian: Callable, q, v, force=None, t=None) 
         )
         rhs = rhs - dpdt
     if force is not None:
-        rhs = rhs + check_vector(force, "force", where, n)
-    return spd_solve(H, rhs, "lagrangian's velocity Hessian ∂²L/∂q̇²", where)
+        rhs = rhs + chk.vector(force, "force", n)
+    return chk.done(chk.solve(H, rhs, "lagrangian's velocity Hessian ∂²L/∂q̇²"))
 
 
 def covariant_derivative(metric: Metric, q, qdot, V, Vdot) -> jax.Array:
@@ -208,14 +213,14 @@ def covariant_derivative(metric: Metric, q, qdot, V, Vdot) -> jax.Array:
     All arguments at one instant, shape ``(n,)``.  ``DV/dt = 0`` is parallel transport; with
     ``V = q̇`` it is the acceleration of Newton's law.
     """
-    where = "covariant_derivative"
-    q = check_vector(q, "q", where)
+    chk = Checker("covariant_derivative")
+    q = chk.vector(q, "q")
     n = q.shape[0]
-    qdot = check_vector(qdot, "qdot", where, n)
-    V = check_vector(V, "V", where, n)
-    Vdot = check_vector(Vdot, "Vdot", where, n)
-    g, b = _first_kind_contract(metric, q, qdot, V, where)
-    return Vdot + spd_solve(g, b, "metric(q)", where)
+    qdot = chk.vector(qdot, "qdot", n)
+    V = chk.vector(V, "V", n)
+    Vdot = chk.vector(Vdot, "Vdot", n)
+    g, b = _first_kind_contract(metric, q, qdot, V, chk.where)
+    return chk.done(Vdot + chk.solve(g, b, "metric(q)"))
 
 
 def covariant_derivative_along(metric: Metric, curve: Callable, field: Callable, t) -> jax.Array:
@@ -230,6 +235,26 @@ def covariant_derivative_along(metric: Metric, curve: Callable, field: Callable,
     return covariant_derivative(metric, q, qdot, V, Vdot)
 
 
+def _riemann(metric: Metric, q, chk: Checker):
+    where = chk.where
+
+    def gam(x):  # unchecked inside the derivative; g(q) is checked once below
+        g, dg = _metric_and_jacobian(metric, x, where)
+        n = x.shape[0]
+        G = cho_solve(g, _first_kind_from_dg(dg).reshape(n, n * n)).reshape(n, n, n)
+        return G, (G, g)
+
+    dG, (G, g) = jax.jacfwd(gam, has_aux=True)(q)  # dG[l, j, k, i] = ∂_i Γ^l_jk
+    chk.solve(g, g[:, 0], "metric(q)")  # positive definiteness of g(q)
+    R = (
+        jnp.einsum("ljki->lkij", dG)
+        - jnp.einsum("likj->lkij", dG)
+        + jnp.einsum("lim,mjk->lkij", G, G)
+        - jnp.einsum("ljm,mik->lkij", G, G)
+    )
+    return R, g
+
+
 def riemann_curvature(metric: Metric, q) -> jax.Array:
     """Riemann tensor ``R^l_{kij}``, shape ``(n, n, n, n)`` indexed ``[l, k, i, j]``.
 
@@ -237,52 +262,44 @@ def riemann_curvature(metric: Metric, q) -> jax.Array:
     ``R(∂_i, ∂_j)∂_k`` with ``R(X, Y) = ∇_X∇_Y − ∇_Y∇_X − ∇_{[X,Y]}``.  Second derivatives of the
     metric by nested forward mode (``n²`` JVPs); meant for small ``n``.
     """
-    q = check_vector(q, "q", "riemann_curvature")
-
-    def gam(x):
-        G = christoffel(metric, x)
-        return G, G
-
-    dG, G = jax.jacfwd(gam, has_aux=True)(q)  # dG[l, j, k, i] = ∂_i Γ^l_jk
-    return (
-        jnp.einsum("ljki->lkij", dG)
-        - jnp.einsum("likj->lkij", dG)
-        + jnp.einsum("lim,mjk->lkij", G, G)
-        - jnp.einsum("ljm,mik->lkij", G, G)
-    )
+    chk = Checker("riemann_curvature")
+    q = chk.vector(q, "q")
+    return chk.done(_riemann(metric, q, chk)[0])
 
 
 def ricci_tensor(metric: Metric, q) -> jax.Array:
     """Ricci tensor ``Ric_{kj} = R^i_{kij}``, shape ``(n, n)`` (symmetric)."""
-    return jnp.einsum("ikij->kj", riemann_curvature(metric, q))
+    chk = Checker("ricci_tensor")
+    q = chk.vector(q, "q")
+    return chk.done(jnp.einsum("ikij->kj", _riemann(metric, q, chk)[0]))
 
 
 def scalar_curvature(metric: Metric, q) -> jax.Array:
     """Scalar curvature ``g^{kj} Ric_{kj}`` (``2/a²`` on a round 2-sphere of radius ``a``)."""
-    q = check_vector(q, "q", "scalar_curvature")
-    g = as_float(metric(q))
-    Ric = ricci_tensor(metric, q)
-    return jnp.sum(spd_solve(g, Ric, "metric(q)", "scalar_curvature").diagonal())
+    chk = Checker("scalar_curvature")
+    q = chk.vector(q, "q")
+    R, g = _riemann(metric, q, chk)
+    Ric = jnp.einsum("ikij->kj", R)
+    return chk.done(jnp.trace(chk.solve(g, Ric, "metric(q)")))
 
 
 def sectional_curvature(metric: Metric, q, u, w) -> jax.Array:
     """Sectional curvature ``⟨R(u, w)w, u⟩ / (|u|²|w|² − ⟨u, w⟩²)`` of the plane spanned by u, w."""
-    where = "sectional_curvature"
-    q = check_vector(q, "q", where)
+    chk = Checker("sectional_curvature")
+    q = chk.vector(q, "q")
     n = q.shape[0]
-    u = check_vector(u, "u", where, n)
-    w = check_vector(w, "w", where, n)
-    g = as_float(metric(q))
-    R = riemann_curvature(metric, q)
+    u = chk.vector(u, "u", n)
+    w = chk.vector(w, "w", n)
+    R, g = _riemann(metric, q, chk)
     Ruww = jnp.einsum("lkij,k,i,j->l", R, w, u, w)
     area2 = (u @ g @ u) * (w @ g @ w) - (u @ g @ w) ** 2
-    return (u @ g @ Ruww) / area2
+    return chk.done((u @ g @ Ruww) / area2)
 
 
 def gaussian_curvature(metric: Metric, q) -> jax.Array:
     """Gaussian curvature of a 2-dimensional metric: ``R_{1212} / det g`` (= scalar curvature / 2)."""
-    q = check_vector(q, "q", "gaussian_curvature", 2)
-    g = as_float(metric(q))
-    R = riemann_curvature(metric, q)
+    chk = Checker("gaussian_curvature")
+    q = chk.vector(q, "q", 2)
+    R, g = _riemann(metric, q, chk)
     R_low = jnp.einsum("lm,mkij->lkij", g, R)  # R_{lkij} = g_lm R^m_kij
-    return R_low[0, 1, 0, 1] / jnp.linalg.det(g)
+    return chk.done(R_low[0, 1, 0, 1] / jnp.linalg.det(g))

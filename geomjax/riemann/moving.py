@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from ..lie._math import as_float, cross
 from ..lie.so3 import _vee3
 from ._ambient import AmbientMetric
-from ._checks import check_positive, check_vector, spd_solve
+from ._checks import Checker
 
 __all__ = ["InertialForces", "MovingEmbedding", "MovingFrame"]
 
@@ -57,6 +57,14 @@ __all__ = ["InertialForces", "MovingEmbedding", "MovingFrame"]
 def _check_callable(f, name: str, where: str):
     if not callable(f):
         raise ValueError(f"{where}: argument '{name}' must be callable, got {type(f).__name__}")
+
+
+class _EventFrame(NamedTuple):
+    s: jax.Array  # event coordinates (t, q), (1 + n,)
+    dphi_dt: jax.Array  # ∂_t φ, (N,)
+    J: jax.Array  # ∂φ/∂q, (N, n)
+    MJ: jax.Array
+    h: jax.Array  # induced metric, (n, n)
 
 
 class MovingEmbedding(eqx.Module):
@@ -78,156 +86,158 @@ class MovingEmbedding(eqx.Module):
         self.phi = phi
         self.ambient = AmbientMetric(ambient_metric, "MovingEmbedding")
 
-    # --- helpers -----------------------------------------------------------------------------
-    def _tq(self, t, q, where):
-        t = as_float(t)
-        if t.ndim != 0:
-            raise ValueError(
-                f"MovingEmbedding.{where}: argument 't' must be a scalar, got shape {t.shape}"
-            )
-        q = check_vector(q, "q", f"MovingEmbedding.{where}")
-        return t.astype(q.dtype), q
-
-    def _Phi(self, s):
+    # --- internals (inputs already validated) --------------------------------------------------
+    def _Phi(self, s, where="MovingEmbedding"):
         """φ as a function of the event coordinates ``s = (t, q)``."""
         x = as_float(self.phi(s[0], s[1:]))
         if x.ndim != 1:
             raise ValueError(
-                "MovingEmbedding: argument 'phi' must return a vector x of shape (N,), got "
-                f"shape {tuple(x.shape)}"
+                f"{where}: argument 'phi' must return a vector x of shape (N,), got shape "
+                f"{tuple(x.shape)}"
             )
-        self.ambient.check_dim(x.shape[0], "MovingEmbedding")
+        self.ambient.check_dim(x.shape[0], where)
         return x
 
-    def _frame(self, t, q, where):
-        t, q = self._tq(t, q, where)
-        s = jnp.concatenate([t[None], q])
+    def _start(self, where, t, q, **vectors) -> tuple[Checker, _EventFrame, list]:
+        chk = Checker(f"MovingEmbedding.{where}")
+        t = chk.scalar(t, "t")
+        q = chk.vector(q, "q")
+        s = jnp.concatenate([t.astype(q.dtype)[None], q])
 
         def both(y):
-            x = self._Phi(y)
+            x = self._Phi(y, chk.where)
             return x, x
 
         Js, _ = jax.jacfwd(both, has_aux=True)(s)  # (N, 1 + n): [∂_t φ, J]
         J = Js[:, 1:]
         MJ = self.ambient.apply(J)
-        return s, Js, J, MJ, J.T @ MJ
+        fr = _EventFrame(s, Js[:, 0], J, MJ, J.T @ MJ)
+        N, n = J.shape
+        out = [
+            None if x is None else chk.vector(x, name, n if name == "qdot" else N)
+            for name, x in vectors.items()
+        ]
+        return chk, fr, out
 
     def _event_acceleration(self, s, qdot):
-        """``∂²φ[(1, q̇), (1, q̇)] = Γ-part of ẍ`` (ambient, ``(N,)``) by nested JVPs."""
+        """``∂²φ[(1, q̇), (1, q̇)]`` (ambient, ``(N,)``) by nested JVPs."""
         e = jnp.concatenate([jnp.ones((1,), s.dtype), qdot])
         return jax.jvp(lambda y: jax.jvp(self._Phi, (y,), (e,))[1], (s,), (e,))[1]
 
+    def _tangent(self, chk, fr, X):
+        return fr.J @ chk.solve(fr.h, fr.MJ.T @ X, "induced metric")
+
+    def _velocity(self, t, q, qdot):
+        return jax.jvp(self.phi, (t, q), (jnp.ones_like(t), qdot))[1]
+
     # --- kinematics --------------------------------------------------------------------------
     def position(self, t, q) -> jax.Array:
-        t, q = self._tq(t, q, "position")
-        return self.phi(t, q)
+        chk = Checker("MovingEmbedding.position")
+        t, q = chk.scalar(t, "t"), chk.vector(q, "q")
+        return chk.done(self._Phi(jnp.concatenate([t.astype(q.dtype)[None], q]), chk.where))
 
     def velocity(self, t, q, qdot) -> jax.Array:
         """``ẋ = ∂_t φ + J q̇``, shape ``(N,)``."""
-        _s, Js, J, _, _ = self._frame(t, q, "velocity")
-        qdot = check_vector(qdot, "qdot", "MovingEmbedding.velocity", J.shape[1])
-        return Js[:, 0] + J @ qdot
+        chk, fr, (qdot,) = self._start("velocity", t, q, qdot=qdot)
+        return chk.done(fr.dphi_dt + fr.J @ qdot)
 
     def tangent_basis(self, t, q) -> jax.Array:
         """``J = ∂φ/∂q``, shape ``(N, n)``."""
-        return self._frame(t, q, "tangent_basis")[2]
+        chk, fr, _ = self._start("tangent_basis", t, q)
+        return chk.done(fr.J)
 
     def induced_metric(self, t, q) -> jax.Array:
         """``h(t, q) = Jᵀ M J``, shape ``(n, n)`` (eq. 7)."""
-        return self._frame(t, q, "induced_metric")[4]
+        chk, fr, _ = self._start("induced_metric", t, q)
+        return chk.done(fr.h)
 
     def kinetic_energy(self, t, q, qdot) -> jax.Array:
-        xd = self.velocity(t, q, qdot)
-        return 0.5 * xd @ self.ambient.apply(xd)
+        chk, fr, (qdot,) = self._start("kinetic_energy", t, q, qdot=qdot)
+        xd = fr.dphi_dt + fr.J @ qdot
+        return chk.done(0.5 * xd @ self.ambient.apply(xd))
 
     def lagrangian(self, potential: Callable | None = None) -> Callable:
         """``L(t, q, q̇) = ½ |ẋ|²_M − V(φ(t, q))`` (for :func:`euler_lagrange_acceleration` with
-        ``t=``)."""
+        ``t=``).  The returned function does not validate its inputs."""
 
         def L(t, q, qdot):
-            K = self.kinetic_energy(t, q, qdot)
+            xd = self._velocity(t, q, qdot)
+            K = 0.5 * xd @ self.ambient.apply(xd)
             return K if potential is None else K - potential(self.phi(t, q))
 
         return L
 
     def tangent_projection(self, t, q, X) -> jax.Array:
         """``Π(X) = J h⁻¹ Jᵀ M X`` (eq. 8, as an ambient vector)."""
-        _, _, J, MJ, h = self._frame(t, q, "tangent_projection")
-        X = check_vector(X, "X", "MovingEmbedding.tangent_projection", J.shape[0])
-        return J @ spd_solve(h, MJ.T @ X, "induced metric", "MovingEmbedding")
+        chk, fr, (X,) = self._start("tangent_projection", t, q, X=X)
+        return chk.done(self._tangent(chk, fr, X))
 
     def normal_projection(self, t, q, X) -> jax.Array:
         """Normal projection (eqs. 17–18): ``X − Π(X)``."""
-        return as_float(X) - self.tangent_projection(t, q, X)
+        chk, fr, (X,) = self._start("normal_projection", t, q, X=X)
+        return chk.done(X - self._tangent(chk, fr, X))
 
     # --- canonical connection (Thm 1) ----------------------------------------------------------
+    def _first_kind(self, fr, where):
+        H = jax.jacfwd(jax.jacfwd(lambda y: self._Phi(y, where)))(fr.s)  # (N, 1+n, 1+n)
+        return jnp.einsum("Ni,Nab->iab", fr.MJ, H)
+
     def connection_first_kind(self, t, q) -> jax.Array:
         """``(i, αβ) = ⟨∂_i φ, M ∂_α ∂_β φ⟩`` (eq. 11), shape ``(n, 1+n, 1+n)``; index 0 is time."""
-        s, _, _J, MJ, _ = self._frame(t, q, "connection_first_kind")
-        H = jax.jacfwd(jax.jacfwd(self._Phi))(s)  # (N, 1+n, 1+n)
-        return jnp.einsum("Ni,Nab->iab", MJ, H)
+        chk, fr, _ = self._start("connection_first_kind", t, q)
+        return chk.done(self._first_kind(fr, chk.where))
 
     def connection(self, t, q) -> jax.Array:
         """Coefficients ``(k αβ)`` of the canonical connection D (eq. 10), ``(n, 1+n, 1+n)``.
 
         ``[k, 0, 0] = Γ^k_{00}``, ``[k, 0, j+1] = Γ^k_{0j}``, ``[k, i+1, j+1] = Γ^k_{ij}``.
         """
-        G1 = self.connection_first_kind(t, q)
-        h = self.induced_metric(t, q)
-        n = h.shape[0]
-        out = spd_solve(h, G1.reshape(n, -1), "induced metric", "MovingEmbedding.connection")
-        return out.reshape(G1.shape)
+        chk, fr, _ = self._start("connection", t, q)
+        G1 = self._first_kind(fr, chk.where)
+        n = fr.h.shape[0]
+        return chk.done(chk.solve(fr.h, G1.reshape(n, -1), "induced metric").reshape(G1.shape))
 
     # --- dynamics ----------------------------------------------------------------------------
-    def _dynamics(self, t, q, qdot, force, where):
-        s, _, J, MJ, h = self._frame(t, q, where)
-        N, n = J.shape
-        qdot = check_vector(qdot, "qdot", f"MovingEmbedding.{where}", n)
-        F = (
-            jnp.zeros(N, J.dtype)
-            if force is None
-            else check_vector(force, "force", f"MovingEmbedding.{where}", N)
-        )
-        curv = self._event_acceleration(s, qdot)
-        qddot = spd_solve(h, J.T @ F - MJ.T @ curv, "induced metric", f"MovingEmbedding.{where}")
-        return J, MJ, h, F, curv, qddot
-
     def acceleration(self, t, q, qdot, force=None) -> jax.Array:
         """Intrinsic motion (eq. 14): ``q̈ = −Γ^k_{αβ} q̇^α q̇^β + h⁻¹ Jᵀ F``, shape ``(n,)``.
 
         Contraction by nested JVPs; the full coefficient array is not formed.
         """
-        return self._dynamics(t, q, qdot, force, "acceleration")[-1]
+        chk, fr, (qdot, F) = self._start("acceleration", t, q, qdot=qdot, force=force)
+        curv = self._event_acceleration(fr.s, qdot)
+        rhs = -fr.MJ.T @ curv if F is None else fr.J.T @ F - fr.MJ.T @ curv
+        return chk.done(chk.solve(fr.h, rhs, "induced metric"))
 
     def ambient_acceleration(self, t, q, qdot, force=None) -> jax.Array:
         """``a_c = ẍ = J q̈ + ∂²φ[(1, q̇), (1, q̇)]``, shape ``(N,)``."""
-        J, _, _, _, curv, qddot = self._dynamics(t, q, qdot, force, "ambient_acceleration")
-        return J @ qddot + curv
+        chk, fr, (qdot, F) = self._start("ambient_acceleration", t, q, qdot=qdot, force=force)
+        curv = self._event_acceleration(fr.s, qdot)
+        rhs = -fr.MJ.T @ curv if F is None else fr.J.T @ F - fr.MJ.T @ curv
+        return chk.done(fr.J @ chk.solve(fr.h, rhs, "induced metric") + curv)
 
     def canonical_force(self, t, q, qdot) -> jax.Array:
         """Canonical force of the constraint ``r`` (eqs. 15–16), a normal vector ``(N,)``."""
-        s, _, J, MJ, h = self._frame(t, q, "canonical_force")
-        qdot = check_vector(qdot, "qdot", "MovingEmbedding.canonical_force", J.shape[1])
-        curv = self._event_acceleration(s, qdot)
-        return curv - J @ spd_solve(h, MJ.T @ curv, "induced metric", "canonical_force")
+        chk, fr, (qdot,) = self._start("canonical_force", t, q, qdot=qdot)
+        curv = self._event_acceleration(fr.s, qdot)
+        return chk.done(curv - self._tangent(chk, fr, curv))
 
     def force_of_constraint(self, t, q, qdot, force=None) -> jax.Array:
         """``r_f = r − f_Π⊥`` (eq. 21) with ``f = M⁻¹F``: a normal vector (an acceleration) ``(N,)``.
 
         Theorem 2: ``a_c = f + r_f`` on every admissible motion.
         """
-        r = self.canonical_force(t, q, qdot)
-        if force is None:
-            return r
-        f = self.ambient.solve(as_float(force))
-        return r - self.normal_projection(t, q, f)
+        chk, fr, (qdot, F) = self._start("force_of_constraint", t, q, qdot=qdot, force=force)
+        curv = self._event_acceleration(fr.s, qdot)
+        d = curv if F is None else curv - self.ambient.solve(F)  # r − f_⊥ = π^⊥(curv − f)
+        return chk.done(d - self._tangent(chk, fr, d))
 
     def reaction_force(self, t, q, qdot, force=None) -> jax.Array:
         """Reaction covector ``M r_f = M a_c − F`` ``(N,)``; annihilates ``J`` (ideal) but not
         ``∂_t φ`` (a moving constraint does work)."""
-        J, MJ, h, F, curv, _ = self._dynamics(t, q, qdot, force, "reaction_force")
-        r = self.ambient.apply(curv) - F
-        return r - MJ @ spd_solve(h, J.T @ r, "induced metric", "MovingEmbedding.reaction_force")
+        chk, fr, (qdot, F) = self._start("reaction_force", t, q, qdot=qdot, force=force)
+        curv = self._event_acceleration(fr.s, qdot)
+        r = self.ambient.apply(curv) if F is None else self.ambient.apply(curv) - F
+        return chk.done(r - fr.MJ @ chk.solve(fr.h, fr.J.T @ r, "induced metric"))
 
 
 class InertialForces(NamedTuple):
@@ -283,68 +293,78 @@ class MovingFrame(eqx.Module):
             )
         return b
 
-    @staticmethod
-    def _t(t):
-        t = as_float(t)
-        if t.ndim != 0:
-            raise ValueError(f"MovingFrame: argument 't' must be a scalar, got shape {t.shape}")
-        return t
-
-    def angular_velocity(self, t) -> jax.Array:
-        """Body angular velocity ``ω = vee(Rᵀ Ṙ)``, shape ``(3,)``."""
-        t = self._t(t)
+    def _omega(self, t):
         R, Rd = jax.jvp(self._R, (t,), (jnp.ones_like(t),))
         return _vee3(R.T @ Rd)
 
-    def angular_acceleration(self, t) -> jax.Array:
-        """``ω̇`` (body components), shape ``(3,)``."""
-        t = self._t(t)
-        return jax.jvp(self.angular_velocity, (t,), (jnp.ones_like(t),))[1]
+    def _omega_dot(self, t):
+        return jax.jvp(self._omega, (t,), (jnp.ones_like(t),))[1]
 
-    def origin_acceleration(self, t) -> jax.Array:
-        """``Rᵀ b̈``: acceleration of the frame origin in frame components, shape ``(3,)``."""
-        t = self._t(t)
+    def _origin_acceleration(self, t):
         one = jnp.ones_like(t)
         bdd = jax.jvp(lambda s: jax.jvp(self._b, (s,), (one,))[1], (t,), (one,))[1]
         return self._R(t).T @ bdd
 
+    def angular_velocity(self, t) -> jax.Array:
+        """Body angular velocity ``ω = vee(Rᵀ Ṙ)``, shape ``(3,)``."""
+        chk = Checker("MovingFrame.angular_velocity")
+        return chk.done(self._omega(chk.scalar(t, "t")))
+
+    def angular_acceleration(self, t) -> jax.Array:
+        """``ω̇`` (body components), shape ``(3,)``."""
+        chk = Checker("MovingFrame.angular_acceleration")
+        return chk.done(self._omega_dot(chk.scalar(t, "t")))
+
+    def origin_acceleration(self, t) -> jax.Array:
+        """``Rᵀ b̈``: acceleration of the frame origin in frame components, shape ``(3,)``."""
+        chk = Checker("MovingFrame.origin_acceleration")
+        return chk.done(self._origin_acceleration(chk.scalar(t, "t")))
+
     def to_inertial(self, t, y, ydot) -> tuple[jax.Array, jax.Array]:
         """``(X, Ẋ)`` from frame coordinates: ``X = R y + b``, ``Ẋ = R(ẏ + ω × y) + ḃ``."""
-        t = self._t(t)
-        y = check_vector(y, "y", "MovingFrame.to_inertial", 3)
-        ydot = check_vector(ydot, "ydot", "MovingFrame.to_inertial", 3)
-        X, Xd = jax.jvp(lambda s, p: self._R(s) @ p + self._b(s), (t, y), (jnp.ones_like(t), ydot))
-        return X, Xd
+        chk = Checker("MovingFrame.to_inertial")
+        t = chk.scalar(t, "t")
+        y, ydot = chk.vector(y, "y", 3), chk.vector(ydot, "ydot", 3)
+        out = jax.jvp(lambda s, p: self._R(s) @ p + self._b(s), (t, y), (jnp.ones_like(t), ydot))
+        return chk.done(out)
 
     def from_inertial(self, t, X, Xdot) -> tuple[jax.Array, jax.Array]:
         """``(y, ẏ)`` from inertial coordinates (inverse of :meth:`to_inertial`)."""
-        t = self._t(t)
-        X = check_vector(X, "X", "MovingFrame.from_inertial", 3)
-        Xdot = check_vector(Xdot, "Xdot", "MovingFrame.from_inertial", 3)
+        chk = Checker("MovingFrame.from_inertial")
+        t = chk.scalar(t, "t")
+        X, Xdot = chk.vector(X, "X", 3), chk.vector(Xdot, "Xdot", 3)
         R = self._R(t)
-        _, bd = jax.jvp(self._b, (t,), (jnp.ones_like(t),))
-        y = R.T @ (X - self._b(t))
-        return y, R.T @ (Xdot - bd) - cross(self.angular_velocity(t), y)
+        b, bd = jax.jvp(self._b, (t,), (jnp.ones_like(t),))
+        y = R.T @ (X - b)
+        return chk.done((y, R.T @ (Xdot - bd) - cross(self._omega(t), y)))
 
-    def inertial_forces(self, t, y, ydot, mass=1.0) -> InertialForces:
-        """Translation, Euler, Coriolis and centrifugal forces on a particle of mass ``mass``."""
-        t = self._t(t)
-        y = check_vector(y, "y", "MovingFrame.inertial_forces", 3)
-        ydot = check_vector(ydot, "ydot", "MovingFrame.inertial_forces", 3)
-        m = check_positive(as_float(mass), "mass", "MovingFrame.inertial_forces")
-        w = self.angular_velocity(t)
+    def _inertial_forces(self, t, y, ydot, m):
+        w = self._omega(t)
         return InertialForces(
-            translation=-m * self.origin_acceleration(t),
-            euler=-m * cross(self.angular_acceleration(t), y),
+            translation=-m * self._origin_acceleration(t),
+            euler=-m * cross(self._omega_dot(t), y),
             coriolis=-2.0 * m * cross(w, ydot),
             centrifugal=-m * cross(w, cross(w, y)),
         )
 
+    def inertial_forces(self, t, y, ydot, mass=1.0) -> InertialForces:
+        """Translation, Euler, Coriolis and centrifugal forces on a particle of mass ``mass``."""
+        chk = Checker("MovingFrame.inertial_forces")
+        t = chk.scalar(t, "t")
+        y, ydot = chk.vector(y, "y", 3), chk.vector(ydot, "ydot", 3)
+        m = chk.positive(chk.scalar(mass, "mass"), "mass")
+        return chk.done(self._inertial_forces(t, y, ydot, m))
+
     def acceleration(self, t, y, ydot, force=None, mass=1.0) -> jax.Array:
         """``ÿ = (F + inertial forces)/m`` with ``force`` in frame components (``(3,)``)."""
-        fict = self.inertial_forces(t, y, ydot, mass).total
-        F = fict if force is None else fict + check_vector(force, "force", "MovingFrame", 3)
-        return F / as_float(mass)
+        chk = Checker("MovingFrame.acceleration")
+        t = chk.scalar(t, "t")
+        y, ydot = chk.vector(y, "y", 3), chk.vector(ydot, "ydot", 3)
+        m = chk.positive(chk.scalar(mass, "mass"), "mass")
+        F = self._inertial_forces(t, y, ydot, m).total
+        if force is not None:
+            F = F + chk.vector(force, "force", 3)
+        return chk.done(F / m)
 
     def as_embedding(self, ambient_metric=None) -> MovingEmbedding:
         """The frame as a full-dimensional moving chart ``ψ(t, y) = R(t) y + b(t)``."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..lie._math import as_float, cross
-from ._checks import check_finite, check_positive, is_traced, spd_solve
+from ._checks import Checker, check_finite, check_positive, is_traced
 
 __all__ = ["ForceSplit", "ParticleSystem", "RigidSystem", "VelocitySplit"]
 
@@ -71,6 +71,7 @@ class ForceSplit(NamedTuple):
 
 
 def _check_multi(x, n: int, name: str, where: str, d: int | None = 3):
+    """Constructor-time check of an ``(n, d)`` array."""
     x = as_float(x)
     if x.ndim != 2 or x.shape[0] != n or (d is not None and x.shape[1] != d):
         want = f"({n}, {d})" if d is not None else f"({n}, d)"
@@ -115,46 +116,66 @@ class ParticleSystem(eqx.Module):
         """``μ_i = m_i / m_0`` (sum to 1)."""
         return self.masses / self.total_mass
 
-    def _multi(self, x, name, where, d=None):
-        return _check_multi(x, self.n, name, f"{type(self).__name__}.{where}", d)
+    _dim: ClassVar[int | None] = None  # spatial dimension required by the methods (None: any)
+
+    def _start(self, where: str, **arrays):
+        """Checker and the validated ``(n, d)`` arrays (``None`` passes through)."""
+        chk = Checker(f"{type(self).__name__}.{where}")
+        out = []
+        for name, x in arrays.items():
+            if x is None:
+                out.append(None)
+                continue
+            x = as_float(x)
+            d = self._dim
+            if x.ndim != 2 or x.shape[0] != self.n or (d is not None and x.shape[1] != d):
+                raise chk.shape_error(name, f"({self.n}, {d if d is not None else 'd'})", x)
+            out.append(chk.finite(x, name))
+        return chk, out
+
+    def _w(self, x):
+        return self.weights.astype(x.dtype)
+
+    def _m(self, x):
+        return self.masses.astype(x.dtype)
 
     def center_of_mass(self, x) -> jax.Array:
         """``p_0 = Σ μ_i x_i`` (the unique point with ``Σ μ_i (x_i − p_0) = 0``)."""
-        x = self._multi(x, "x", "center_of_mass")
-        return self.weights.astype(x.dtype) @ x
+        chk, (x,) = self._start("center_of_mass", x=x)
+        return chk.done(self._w(x) @ x)
 
     def split_positions(self, x) -> tuple[jax.Array, jax.Array]:
         """Eq. (3.6): ``x = (p_0, …, p_0) + (x_1 − p_0, …)``; returns ``(p_0, r)``, ``Σ μ_i r_i = 0``."""
-        p0 = self.center_of_mass(x)
-        return p0, as_float(x) - p0
+        chk, (x,) = self._start("split_positions", x=x)
+        p0 = self._w(x) @ x
+        return chk.done((p0, x - p0))
 
     def split_velocities(self, v) -> tuple[jax.Array, jax.Array]:
         """Eq. (3.7): returns ``(v_0, v_rel)`` with ``v_0 = Σ μ_i v_i`` and ``v_rel = v − v_0``."""
-        v = self._multi(v, "v", "split_velocities")
-        v0 = self.weights.astype(v.dtype) @ v
-        return v0, v - v0
+        chk, (v,) = self._start("split_velocities", v=v)
+        v0 = self._w(v) @ v
+        return chk.done((v0, v - v0))
 
     def split_forces(self, F) -> tuple[jax.Array, jax.Array]:
         """Eq. (3.8): returns ``(F_0, F_rel)`` with ``F_0 = Σ F_i`` and ``F_rel,i = F_i − μ_i F_0``."""
-        F = self._multi(F, "F", "split_forces")
+        chk, (F,) = self._start("split_forces", F=F)
         F0 = jnp.sum(F, 0)
-        return F0, F - self.weights.astype(F.dtype)[:, None] * F0
+        return chk.done((F0, F - self._w(F)[:, None] * F0))
 
     def weighted_metric(self, u, w) -> jax.Array:
         """``G_mul(u, w) = Σ μ_i u_i·w_i`` (eq. 3.5)."""
-        u = self._multi(u, "u", "weighted_metric")
-        w = self._multi(w, "w", "weighted_metric")
-        return jnp.sum(self.weights.astype(u.dtype)[:, None] * u * w)
+        chk, (u, w) = self._start("weighted_metric", u=u, w=w)
+        return chk.done(jnp.sum(self._w(u)[:, None] * u * w))
 
     def kinetic_energy(self, v) -> jax.Array:
         """``½ m_0 G_mul(v, v) = ½ Σ m_i |v_i|²``."""
-        v = self._multi(v, "v", "kinetic_energy")
-        return 0.5 * jnp.sum(self.masses.astype(v.dtype)[:, None] * v * v)
+        chk, (v,) = self._start("kinetic_energy", v=v)
+        return chk.done(0.5 * jnp.sum(self._m(v)[:, None] * v * v))
 
     def acceleration(self, F) -> jax.Array:
         """Newton's law (3.9) for free particles: ``a_i = F_i / m_i``."""
-        F = self._multi(F, "F", "acceleration")
-        return F / self.masses.astype(F.dtype)[:, None]
+        chk, (F,) = self._start("acceleration", F=F)
+        return chk.done(F / self._m(F)[:, None])
 
 
 class RigidSystem(ParticleSystem):
@@ -170,6 +191,10 @@ class RigidSystem(ParticleSystem):
             is issued at construction.
         characteristic: give C explicitly (required when ``reference_positions`` are traced).
 
+    Configurations ``x``, velocities ``v`` and forces ``F`` are ``(n, 3)`` arrays; every method
+    acts on one configuration (batch with ``jax.vmap``).  Spatial quantities (angular velocity,
+    inertia ``I_c``) are about the current centre of mass, in the inertial frame.
+
     Example::
 
         body = RigidSystem(jnp.array([1.0, 2.0, 3.0]), jnp.eye(3))
@@ -181,6 +206,7 @@ class RigidSystem(ParticleSystem):
     body_positions: jax.Array
     axis_coordinates: jax.Array
     characteristic: int = eqx.field(static=True)
+    _dim: ClassVar[int | None] = 3
 
     def __init__(
         self,
@@ -260,7 +286,7 @@ class RigidSystem(ParticleSystem):
     @property
     def center_of_mass_reference(self) -> jax.Array:
         """Centre of mass of the reference configuration, ``(3,)``."""
-        return self.weights.astype(self.reference_positions.dtype) @ self.reference_positions
+        return self._w(self.reference_positions) @ self.reference_positions
 
     @property
     def inertia_tensor(self) -> jax.Array:
@@ -274,7 +300,7 @@ class RigidSystem(ParticleSystem):
         return jnp.linalg.eigvalsh(self.inertia_tensor)
 
     def _inertia(self, r):
-        m = self.masses.astype(r.dtype)
+        m = self._m(r)
         r2 = jnp.sum(r * r, -1)
         return jnp.sum(m * r2) * jnp.eye(3, dtype=r.dtype) - jnp.einsum("i,ia,ib->ab", m, r, r)
 
@@ -282,14 +308,10 @@ class RigidSystem(ParticleSystem):
     def configuration(self, rotation, center) -> jax.Array:
         """Particle positions ``x_i = c + R r_i`` ``(n, 3)`` for a rotation ``(3, 3)`` and centre
         ``(3,)`` (for C = 1 the rotation about the axis is irrelevant: isotropy)."""
-        R = as_float(rotation)
-        c = as_float(center)
-        if R.shape != (3, 3) or c.shape != (3,):
-            raise ValueError(
-                "RigidSystem.configuration: arguments 'rotation' and 'center' must have shapes "
-                f"(3, 3) and (3,), got {tuple(R.shape)} and {tuple(c.shape)}"
-            )
-        return c + self.body_positions.astype(R.dtype) @ R.T
+        chk = Checker("RigidSystem.configuration")
+        R = chk.array(rotation, "rotation", (3, 3))
+        c = chk.vector(center, "center", 3)
+        return chk.done(c + self.body_positions.astype(R.dtype) @ R.T)
 
     def configuration_from_axis(self, center, axis) -> jax.Array:
         """Collinear bodies (C = 1): ``x_i = c + s_i u`` with ``u = axis/|axis|`` ∈ S²."""
@@ -298,27 +320,49 @@ class RigidSystem(ParticleSystem):
                 "RigidSystem.configuration_from_axis: only collinear bodies (characteristic 1) "
                 f"are described by an axis; this body has characteristic {self.characteristic}"
             )
-        u = as_float(axis)
+        chk = Checker("RigidSystem.configuration_from_axis")
+        c = chk.vector(center, "center", 3)
+        u = chk.vector(axis, "axis", 3)
         u = u / jnp.linalg.norm(u)
-        return as_float(center) + self.axis_coordinates.astype(u.dtype)[:, None] * u
+        return chk.done(c + self.axis_coordinates.astype(u.dtype)[:, None] * u)
 
-    # --- internal: current relative positions and Σ̂⁻¹ -----------------------------------------
-    def _rel(self, x, where):
-        x = self._multi(x, "x", where, 3)
-        p0 = self.weights.astype(x.dtype) @ x
-        return x, p0, x - p0
+    # --- internals (inputs validated) ----------------------------------------------------------
+    def _r(self, x):
+        return x - self._w(x) @ x
 
-    def _inertia_solve(self, r, b):
+    def _inertia_solve(self, chk, r, b):
         """``I_c(r)⁻¹ b`` (spatial inertia about the centre of mass); for C = 1 the inverse on the
-        plane orthogonal to the axis (the angular-velocity representative ⊥ axis)."""
+        plane orthogonal to the axis (the angular-velocity representative ⊥ axis, Prop. 4.13)."""
         if self.characteristic >= 2:
-            return spd_solve(self._inertia(r), b, "inertia", "RigidSystem")
-        m = self.masses.astype(r.dtype)
+            return chk.solve(self._inertia(r), b, "inertia")
+        m = self._m(r)
         s = self.axis_coordinates.astype(r.dtype)
         w = jnp.einsum("i,i,ia->a", m, s, r)  # ∝ axis on the constraint
         u = w / jnp.linalg.norm(w)
         lam = jnp.sum(m * jnp.sum(r * r, -1))  # I_c = λ (1 − u uᵀ)
         return (b - u * (u @ b)) / lam
+
+    def _omega(self, chk, r, v):
+        L = jnp.sum(self._m(v)[:, None] * cross(r, v), 0)
+        return self._inertia_solve(chk, r, L)
+
+    def _split_velocity(self, chk, r, v):
+        v0 = self._w(v) @ v
+        w = self._omega(chk, r, v)
+        center = jnp.broadcast_to(v0, v.shape)
+        rot = cross(jnp.broadcast_to(w, r.shape), r)
+        return VelocitySplit(center, rot, v - center - rot, v0, w)
+
+    def _rigid_acceleration(self, chk, r, v, F):
+        w = self._omega(chk, r, v)
+        W = jnp.broadcast_to(w, r.shape)
+        a = cross(W, cross(W, r))
+        torque = -cross(w, self._inertia(r) @ w)
+        if F is not None:
+            a = a + jnp.sum(F, 0) / self.total_mass.astype(F.dtype)
+            torque = torque + jnp.sum(cross(r, F), 0)
+        wdot = self._inertia_solve(chk, r, torque)
+        return a + cross(jnp.broadcast_to(wdot, r.shape), r)
 
     # --- kinematics (Thm 4.22, 4.27) -------------------------------------------------------------
     def angular_velocity(self, x, v) -> jax.Array:
@@ -326,66 +370,66 @@ class RigidSystem(ParticleSystem):
 
         For a rigid velocity ``v_i = v_0 + Ω × r_i`` this recovers Ω exactly (for any weights,
         Note 4.23); for a general multi-velocity it is the rotational component of its projection.
+        For collinear bodies it is the representative orthogonal to the axis.
         """
-        x, _, r = self._rel(x, "angular_velocity")
-        v = self._multi(v, "v", "angular_velocity", 3)
-        L = jnp.sum(self.masses.astype(x.dtype)[:, None] * cross(r, v), 0)
-        return self._inertia_solve(r, L)
+        chk, (x, v) = self._start("angular_velocity", x=x, v=v)
+        return chk.done(self._omega(chk, self._r(x), v))
 
     def split_velocity(self, x, v) -> VelocitySplit:
         """Thm 4.27: ``v = (v_0, …) + Ω × r + v_⊥`` (centre of mass, rotational, orthogonal)."""
-        x, _, r = self._rel(x, "split_velocity")
-        v = self._multi(v, "v", "split_velocity", 3)
-        v0 = self.weights.astype(v.dtype) @ v
-        w = self.angular_velocity(x, v)
-        center = jnp.broadcast_to(v0, v.shape)
-        rot = cross(jnp.broadcast_to(w, r.shape), r)
-        return VelocitySplit(center, rot, v - center - rot, v0, w)
+        chk, (x, v) = self._start("split_velocity", x=x, v=v)
+        return chk.done(self._split_velocity(chk, self._r(x), v))
 
     def tangent_projection(self, x, v) -> jax.Array:
         """Mass-metric orthogonal projection of a multi-vector onto ``T P_rig``: ``v_0 + Ω × r_i``."""
-        sp = self.split_velocity(x, v)
-        return sp.center + sp.rotational
+        chk, (x, v) = self._start("tangent_projection", x=x, v=v)
+        sp = self._split_velocity(chk, self._r(x), v)
+        return chk.done(sp.center + sp.rotational)
 
     def split_force(self, x, F) -> ForceSplit:
         """Thm 4.28: ``F = (μ_i F_0) + m_i (I_c⁻¹τ) × r_i + F_⊥`` with ``F_0 = Σ F_i`` and
         ``τ = Σ r_i × F_i``; ``F_⊥`` has zero total force and zero total torque."""
-        x, _, r = self._rel(x, "split_force")
-        F = self._multi(F, "F", "split_force", 3)
+        chk, (x, F) = self._start("split_force", x=x, F=F)
+        r = self._r(x)
         F0 = jnp.sum(F, 0)
         tau = jnp.sum(cross(r, F), 0)
-        center = self.weights.astype(F.dtype)[:, None] * F0
-        beta = self._inertia_solve(r, tau)
-        rot = self.masses.astype(F.dtype)[:, None] * cross(jnp.broadcast_to(beta, r.shape), r)
-        return ForceSplit(center, rot, F - center - rot, F0, tau)
+        center = self._w(F)[:, None] * F0
+        beta = self._inertia_solve(chk, r, tau)
+        rot = self._m(F)[:, None] * cross(jnp.broadcast_to(beta, r.shape), r)
+        return chk.done(ForceSplit(center, rot, F - center - rot, F0, tau))
 
     def kinetic_energy_split(self, x, v) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(K_cen, K_rot, K_⊥)``: ``½ m_0|v_0|²``, ``½ Ωᵀ I_c Ω`` and the orthogonal remainder
         (0 for rigid velocities); they sum to ``½ Σ m_i |v_i|²`` (§4.5)."""
-        x, _, r = self._rel(x, "kinetic_energy_split")
-        sp = self.split_velocity(x, v)
-        m = self.masses.astype(x.dtype)
+        chk, (x, v) = self._start("kinetic_energy_split", x=x, v=v)
+        r = self._r(x)
+        sp = self._split_velocity(chk, r, v)
+        m = self._m(x)
         K_cen = 0.5 * jnp.sum(m) * sp.center_velocity @ sp.center_velocity
         K_rot = 0.5 * sp.angular_velocity @ self._inertia(r) @ sp.angular_velocity
         K_perp = 0.5 * jnp.sum(m[:, None] * sp.orthogonal**2)
-        return K_cen, K_rot, K_perp
+        return chk.done((K_cen, K_rot, K_perp))
 
     def momenta(self, x, v) -> tuple[jax.Array, jax.Array]:
         """Linear momentum ``m_0 v_0`` and angular momentum about the centre of mass ``I_c Ω``."""
-        x, _, r = self._rel(x, "momenta")
-        sp = self.split_velocity(x, v)
-        return self.total_mass * sp.center_velocity, self._inertia(r) @ sp.angular_velocity
+        chk, (x, v) = self._start("momenta", x=x, v=v)
+        r = self._r(x)
+        sp = self._split_velocity(chk, r, v)
+        return chk.done(
+            (self.total_mass * sp.center_velocity, self._inertia(r) @ sp.angular_velocity)
+        )
 
     def second_fundamental_form(self, x, v) -> jax.Array:
         """Eq. (4.27): ``N_i = Ω × (Ω × r_i) − (Σ̂⁻¹(Ω × Σ̂Ω)) × r_i`` for a rigid velocity, ``(n, 3)``.
 
         The normal (``G_mul``-orthogonal to ``T P_rig``) part of the acceleration of a rigid motion.
         """
-        x, _, r = self._rel(x, "second_fundamental_form")
-        w = self.angular_velocity(x, v)
-        gyro = self._inertia_solve(r, cross(w, self._inertia(r) @ w))
+        chk, (x, v) = self._start("second_fundamental_form", x=x, v=v)
+        r = self._r(x)
+        w = self._omega(chk, r, v)
+        gyro = self._inertia_solve(chk, r, cross(w, self._inertia(r) @ w))
         W = jnp.broadcast_to(w, r.shape)
-        return cross(W, cross(W, r)) - cross(jnp.broadcast_to(gyro, r.shape), r)
+        return chk.done(cross(W, cross(W, r)) - cross(jnp.broadcast_to(gyro, r.shape), r))
 
     # --- dynamics (Cor. 4.36, 4.38) ------------------------------------------------------------
     def rigid_acceleration(self, x, v, force=None) -> jax.Array:
@@ -395,17 +439,8 @@ class RigidSystem(ParticleSystem):
         ``I_c Ω̇ = τ − Ω × I_c Ω`` (spatial frame, about the centre of mass).  ``v`` must be a
         rigid velocity (its Ω is read with :meth:`angular_velocity`).
         """
-        x, _, r = self._rel(x, "rigid_acceleration")
-        w = self.angular_velocity(x, v)
-        W = jnp.broadcast_to(w, r.shape)
-        a = cross(W, cross(W, r))
-        torque = -cross(w, self._inertia(r) @ w)
-        if force is not None:
-            F = self._multi(force, "force", "rigid_acceleration", 3)
-            a = a + jnp.sum(F, 0) / self.total_mass.astype(F.dtype)
-            torque = torque + jnp.sum(cross(r, F), 0)
-        wdot = self._inertia_solve(r, torque)
-        return a + cross(jnp.broadcast_to(wdot, r.shape), r)
+        chk, (x, v, F) = self._start("rigid_acceleration", x=x, v=v, force=force)
+        return chk.done(self._rigid_acceleration(chk, self._r(x), v, F))
 
     def reaction_force(self, x, v, force=None) -> jax.Array:
         """Reaction of the rigid constraint at every particle, ``R_i = m_i a_i − F_i``, ``(n, 3)``.
@@ -414,9 +449,10 @@ class RigidSystem(ParticleSystem):
         ``m_i N_i − F_⊥,i`` (eq. 4.29) and to the Lagrange-multiplier reaction of the pairwise
         distance constraints whenever those are independent.
         """
-        a = self.rigid_acceleration(x, v, force)
-        Ra = self.masses.astype(a.dtype)[:, None] * a
-        return Ra if force is None else Ra - as_float(force)
+        chk, (x, v, F) = self._start("reaction_force", x=x, v=v, force=force)
+        a = self._rigid_acceleration(chk, self._r(x), v, F)
+        Ra = self._m(a)[:, None] * a
+        return chk.done(Ra if F is None else Ra - F)
 
     def to_rigid_body(self, potential: Callable | None = None):
         """A :class:`geomjax.systems.RigidBody` with this body's inertia tensor (about the centre

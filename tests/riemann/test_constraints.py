@@ -33,14 +33,21 @@ GRAV = 9.81
 
 
 def sphere(a):
-    return lambda q: a * jnp.stack(
-        [jnp.sin(q[0]) * jnp.cos(q[1]), jnp.sin(q[0]) * jnp.sin(q[1]), jnp.cos(q[0])]
+    return lambda q: (
+        a * jnp.stack([jnp.sin(q[0]) * jnp.cos(q[1]), jnp.sin(q[0]) * jnp.sin(q[1]), jnp.cos(q[0])])
     )
 
 
 def cone(alpha):
-    return lambda q: q[0] * jnp.stack(
-        [jnp.sin(alpha) * jnp.cos(q[1]), jnp.sin(alpha) * jnp.sin(q[1]), jnp.cos(alpha) + 0 * q[1]]
+    return lambda q: (
+        q[0]
+        * jnp.stack(
+            [
+                jnp.sin(alpha) * jnp.cos(q[1]),
+                jnp.sin(alpha) * jnp.sin(q[1]),
+                jnp.cos(alpha) + 0 * q[1],
+            ]
+        )
     )
 
 
@@ -54,6 +61,9 @@ def _sphere_and_cone(a, m, alpha, qs, qds, qc, qdc):
     return jax.vmap(one_s)(qs, qds), jax.vmap(one_c)(qc, qdc)
 
 
+_pendulum_acc = jax.jit(lambda a, m, q, qd, F: Embedding(sphere(a), m).acceleration(q, qd, F))
+
+
 def test_sphere_and_cone_reactions_closed_form():
     rng = np.random.default_rng(0)
     a, m, alpha = 1.3, 0.7, 0.5
@@ -61,7 +71,7 @@ def test_sphere_and_cone_reactions_closed_form():
     qds = rng.standard_normal((32, 2))
     qc = np.stack([rng.uniform(0.5, 2.0, 32), rng.uniform(-3, 3, 32)], -1)
     qdc = rng.standard_normal((32, 2))
-    (R, x, v), (Rc, xc, _) = _sphere_and_cone(a, m, alpha, qs, qds, qc, qdc)
+    (R, x, v), (Rc, _, _) = _sphere_and_cone(a, m, alpha, qs, qds, qc, qdc)
     g = np.array([0.0, 0.0, -GRAV])
     n = np.asarray(x) / a
     v2 = np.sum(np.asarray(v) ** 2, -1)
@@ -71,26 +81,30 @@ def test_sphere_and_cone_reactions_closed_form():
     rho_hat = np.stack([np.cos(phi), np.sin(phi), 0 * phi], -1)
     n_hat = np.cos(alpha) * rho_hat - np.sin(alpha) * np.array([0, 0, 1.0])
     v_phi = s * np.sin(alpha) * qdc[:, 1]
-    ref_c = -m * (np.cos(alpha) * v_phi**2 / (s * np.sin(alpha)) + GRAV * np.sin(alpha))[:, None] * n_hat
+    ref_c = (
+        -m
+        * (np.cos(alpha) * v_phi**2 / (s * np.sin(alpha)) + GRAV * np.sin(alpha))[:, None]
+        * n_hat
+    )
     np.testing.assert_allclose(Rc, ref_c, atol=1e-12)
 
 
 def test_conical_pendulum_and_circular_orbit_in_a_cone():
     ell, m, theta = 0.8, 1.7, 0.6  # θ from the downward vertical → polar angle π − θ
     w = np.sqrt(GRAV / (ell * np.cos(theta)))
-    pend = Embedding(sphere(ell), m)
-    q, qd, F = jnp.array([np.pi - theta, 0.4]), jnp.array([0.0, w]), jnp.array([0, 0, -m * GRAV])
-    np.testing.assert_allclose(pend.acceleration(q, qd, F), 0.0, atol=1e-12)
-    R = pend.reaction_force(q, qd, F)
-    x = pend.position(q)
-    np.testing.assert_allclose(R, -(m * GRAV / np.cos(theta)) * x / ell, atol=1e-12)  # tension
-
+    q = np.array([[np.pi - theta, 0.4]])
     alpha, s = 0.45, 1.2
-    w = np.sqrt(GRAV * np.cos(alpha) / (s * np.sin(alpha) ** 2))
-    cn = Embedding(cone(alpha), m)
-    q, qd = jnp.array([s, -1.0]), jnp.array([0.0, w])
-    np.testing.assert_allclose(cn.acceleration(q, qd, F), 0.0, atol=1e-12)
-    np.testing.assert_allclose(np.linalg.norm(cn.reaction_force(q, qd, F)), m * GRAV / np.sin(alpha), rtol=1e-13)
+    wc = np.sqrt(GRAV * np.cos(alpha) / (s * np.sin(alpha) ** 2))
+    qc = np.array([[s, -1.0]])
+    (R, x, _), (Rc, _, acc_c) = _sphere_and_cone(
+        ell, m, alpha, q, np.array([[0.0, w]]), qc, np.array([[0.0, wc]])
+    )
+    # steady: the pendulum's tension is m g / cos θ towards the pivot (and q̈ = 0, below)
+    np.testing.assert_allclose(R[0], -(m * GRAV / np.cos(theta)) * x[0] / ell, atol=1e-12)
+    np.testing.assert_allclose(acc_c[0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(Rc[0]), m * GRAV / np.sin(alpha), rtol=1e-13)
+    F = jnp.array([0, 0, -m * GRAV])
+    np.testing.assert_allclose(_pendulum_acc(ell, m, q[0], np.array([0.0, w]), F), 0.0, atol=1e-12)
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,9 +286,7 @@ def test_gradient_of_reaction_against_finite_differences():
 def test_float32_reaction():
     q = jnp.array([0.9, -0.4], jnp.float32)
     qd = jnp.array([0.6, 1.4], jnp.float32)
-    E = Embedding(sphere(jnp.float32(1.3)), jnp.float32(0.7))
-    F = jnp.array([0.0, 0.0, -0.7 * GRAV], jnp.float32)
-    R = E.reaction_force(q, qd, F)
+    R = _sphere_reaction(jnp.float32(1.3), jnp.float32(0.7), q, qd, jnp.float32(GRAV))
     assert R.dtype == jnp.float32
     R64 = _sphere_reaction(1.3, 0.7, q.astype(jnp.float64), qd.astype(jnp.float64), GRAV)
     np.testing.assert_allclose(R, R64, rtol=1e-5, atol=1e-5)

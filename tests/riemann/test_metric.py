@@ -216,8 +216,10 @@ def test_covariant_derivative_is_metric_compatible(seed):
 
 
 _transport_rhs = jax.jit(
-    lambda t, y, th0: -covariant_derivative(
-        sphere_metric, jnp.stack([th0, t]), jnp.array([0.0, 1.0]), y, jnp.zeros(2)
+    lambda t, y, th0: (
+        -covariant_derivative(
+            sphere_metric, jnp.stack([th0, t]), jnp.array([0.0, 1.0]), y, jnp.zeros(2)
+        )
     )
 )
 
@@ -242,7 +244,9 @@ def test_parallel_transport_holonomy_on_the_sphere(theta0):
     assert abs(np.hypot(V[0], V[1] * np.sin(theta0)) - 1) < 1e-10  # |V| preserved
 
 
-_geo_rhs = jax.jit(lambda y: jnp.concatenate([y[2:], geodesic_acceleration(sphere_metric, y[:2], y[2:])]))
+_geo_rhs = jax.jit(
+    lambda y: jnp.concatenate([y[2:], geodesic_acceleration(sphere_metric, y[:2], y[2:])])
+)
 
 
 def _embed(q, a=A_SPHERE):
@@ -277,16 +281,22 @@ def test_vmap_and_jit_match_single_calls():
     batched = jax.jit(jax.vmap(geodesic_acceleration, (None, 0, 0)), static_argnums=0)
     out = batched(torus_metric, qs, vs)
     for i in range(6):
-        np.testing.assert_allclose(out[i], geodesic_acceleration(torus_metric, qs[i], vs[i]), atol=1e-13)
+        np.testing.assert_allclose(
+            out[i], geodesic_acceleration(torus_metric, qs[i], vs[i]), atol=1e-13
+        )
+
+
+_torus_G_and_acc = jax.jit(
+    lambda q, v: (christoffel(torus_metric, q), geodesic_acceleration(torus_metric, q, v))
+)
 
 
 def test_float32():
     q = jnp.array([0.8, -0.4], jnp.float32)
     v = jnp.array([0.5, 1.2], jnp.float32)
-    G = christoffel(torus_metric, q)
-    a = geodesic_acceleration(torus_metric, q, v)
+    G, a = _torus_G_and_acc(q, v)
     assert G.dtype == jnp.float32 and a.dtype == jnp.float32
-    G64 = christoffel(torus_metric, q.astype(jnp.float64))
+    G64, _ = _torus_G_and_acc(q.astype(jnp.float64), v.astype(jnp.float64))
     np.testing.assert_allclose(G, G64, rtol=2e-6, atol=2e-6)
     np.testing.assert_allclose(a, -jnp.einsum("kij,i,j->k", G64, v, v), rtol=2e-6, atol=2e-6)
 

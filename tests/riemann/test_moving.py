@@ -30,8 +30,11 @@ GRAV = 9.81
 
 
 def hoop(a, w):
-    return lambda t, q: a * jnp.stack(
-        [jnp.sin(q[0]) * jnp.cos(w * t), jnp.sin(q[0]) * jnp.sin(w * t), -jnp.cos(q[0])]
+    return lambda t, q: (
+        a
+        * jnp.stack(
+            [jnp.sin(q[0]) * jnp.cos(w * t), jnp.sin(q[0]) * jnp.sin(w * t), -jnp.cos(q[0])]
+        )
     )
 
 
@@ -46,7 +49,9 @@ def _hoop(a, w, m, t, th, thd):
         "J": E.tangent_basis(t, q)[:, 0],
         "xd": E.velocity(t, q, qd),
         "dphidt": E.velocity(t, q, 0 * qd),
-        "acc_lag": euler_lagrange_acceleration(E.lagrangian(lambda x: m * GRAV * x[2]), q, qd, t=t)[0],
+        "acc_lag": euler_lagrange_acceleration(E.lagrangian(lambda x: m * GRAV * x[2]), q, qd, t=t)[
+            0
+        ],
     }
 
 
@@ -64,7 +69,9 @@ def test_bead_on_rotating_hoop_closed_forms(seed):
     zdd = a * (np.sin(th) * thdd + np.cos(th) * thd**2)
     e_rho = np.array([np.cos(w * t), np.sin(w * t), 0.0])
     e_phi = np.array([-np.sin(w * t), np.cos(w * t), 0.0])
-    R = m * ((rhodd - rho * w**2) * e_rho + 2 * rhod * w * e_phi + (zdd + GRAV) * np.array([0, 0, 1.0]))
+    R = m * (
+        (rhodd - rho * w**2) * e_rho + 2 * rhod * w * e_phi + (zdd + GRAV) * np.array([0, 0, 1.0])
+    )
     np.testing.assert_allclose(o["R"], R, atol=1e-10 * (1 + np.abs(R).max()))
     # ideal (no virtual work) but the moving hoop does work: R·ẋ = R·∂_tφ = 2 m ω² ρ ρ̇
     assert abs(o["R"] @ o["J"]) < 1e-10 * (1 + np.abs(R).max())
@@ -85,12 +92,18 @@ def test_hoop_equilibrium():
 
 _hoop_rhs = jax.jit(
     lambda t, y, a, w: jnp.stack(
-        [y[1], MovingEmbedding(hoop(a, w)).acceleration(t, y[:1], y[1:], jnp.array([0, 0, -GRAV]))[0]]
+        [
+            y[1],
+            MovingEmbedding(hoop(a, w)).acceleration(t, y[:1], y[1:], jnp.array([0, 0, -GRAV]))[0],
+        ]
     )
 )
 _hoop_power = jax.jit(
     lambda t, y, a, w: (
-        lambda E: E.reaction_force(t, y[:1], y[1:], jnp.array([0, 0, -GRAV])) @ E.velocity(t, y[:1], y[1:])
+        lambda E: (
+            E.reaction_force(t, y[:1], y[1:], jnp.array([0, 0, -GRAV]))
+            @ E.velocity(t, y[:1], y[1:])
+        )
     )(MovingEmbedding(hoop(a, w)))
 )
 
@@ -110,7 +123,9 @@ def test_hoop_motion_conserves_jacobi_integral_and_work_balances():
         th, thd = sol.sol(t)
         return 0.5 * a**2 * (thd**2 + w**2 * np.sin(th) ** 2) - GRAV * a * np.cos(th)
 
-    work, _ = quad(lambda t: float(_hoop_power(t, sol.sol(t), a, w)), 0, 3.0, epsabs=1e-11, limit=200)
+    work, _ = quad(
+        lambda t: float(_hoop_power(t, sol.sol(t), a, w)), 0, 3.0, epsabs=1e-11, limit=200
+    )
     np.testing.assert_allclose(energy(3.0) - energy(0.0), work, atol=1e-7)
 
 
@@ -121,15 +136,17 @@ M_FULL = np.array([[1.5, 0.2, -0.1], [0.2, 1.0, 0.3], [-0.1, 0.3, 2.0]])
 
 
 def breathing_surface(t, q):
-    """An ellipsoid-like surface that breathes, translates and rotates, in a sheared chart."""
+    """An ellipsoid-like surface that breathes, rotates, shears and translates (sheared chart)."""
     u, v = q[0] + 0.3 * q[1], q[1]
     s = 1.0 + 0.2 * jnp.sin(1.3 * t)
-    base = jnp.stack([s * jnp.sin(u) * jnp.cos(v), 1.3 * jnp.sin(u) * jnp.sin(v), 0.8 * jnp.cos(u) / s])
+    base = jnp.stack(
+        [s * jnp.sin(u) * jnp.cos(v), 1.3 * jnp.sin(u) * jnp.sin(v), 0.8 * jnp.cos(u) / s]
+    )
     c, s_ = jnp.cos(0.4 * t + 0.1 * t**2), jnp.sin(0.4 * t + 0.1 * t**2)
-    Rz = jnp.array([[c, -s_, 0.0], [s_, c, 0.0], [0.0, 0.0, 1.0]])
-    c, s_ = jnp.cos(0.3 * jnp.sin(t)), jnp.sin(0.3 * jnp.sin(t))
-    Rx = jnp.array([[1.0, 0.0, 0.0], [0.0, c, -s_], [0.0, s_, c]])
-    return Rz @ Rx @ base + jnp.stack([0.1 * t**2, jnp.sin(t), -0.3 * t])
+    x, y, z = base[0], base[1], base[2]  # rotated about z, then sheared
+    return jnp.stack([c * x - s_ * y, s_ * x + c * y, z + 0.3 * x]) + jnp.stack(
+        [0.1 * t**2, jnp.sin(t), -0.3 * t]
+    )
 
 
 def potential(x):
@@ -208,6 +225,7 @@ def test_time_independent_constraint_reduces_to_embedding():
 # --------------------------------------------------------------------------------------------
 # moving frames
 
+
 def frame_rotation(t):
     return gj.SO3.exp(jnp.stack([0.7 * t, -0.3 * t**2, 0.5 * jnp.sin(2 * t)]))
 
@@ -268,8 +286,12 @@ def _frame_rhs(t, Y):
     return jnp.concatenate([yd, fr.acceleration(t, y, yd, F_frame, M_P)])
 
 
-_to_inertial = jax.jit(lambda t, y, yd: MovingFrame(frame_rotation, frame_origin).to_inertial(t, y, yd))
-_from_inertial = jax.jit(lambda t, X, Xd: MovingFrame(frame_rotation, frame_origin).from_inertial(t, X, Xd))
+_to_inertial = jax.jit(
+    lambda t, y, yd: MovingFrame(frame_rotation, frame_origin).to_inertial(t, y, yd)
+)
+_from_inertial = jax.jit(
+    lambda t, X, Xd: MovingFrame(frame_rotation, frame_origin).from_inertial(t, X, Xd)
+)
 
 
 def test_objectivity_free_particle():
@@ -279,8 +301,12 @@ def test_objectivity_free_particle():
     t0, T = 0.2, 2.5
     y0, yd0 = (np.asarray(a) for a in _from_inertial(t0, X0, Xd0))
     kw = dict(method="DOP853", rtol=1e-12, atol=1e-12)
-    a = solve_ivp(lambda t, Y: np.asarray(_inertial_rhs(t, Y)), (t0, T), np.concatenate([X0, Xd0]), **kw)
-    b = solve_ivp(lambda t, Y: np.asarray(_frame_rhs(t, Y)), (t0, T), np.concatenate([y0, yd0]), **kw)
+    a = solve_ivp(
+        lambda t, Y: np.asarray(_inertial_rhs(t, Y)), (t0, T), np.concatenate([X0, Xd0]), **kw
+    )
+    b = solve_ivp(
+        lambda t, Y: np.asarray(_frame_rhs(t, Y)), (t0, T), np.concatenate([y0, yd0]), **kw
+    )
     X, Xd = _to_inertial(T, b.y[:3, -1], b.y[3:, -1])
     np.testing.assert_allclose(X, a.y[:3, -1], atol=1e-8)
     np.testing.assert_allclose(Xd, a.y[3:, -1], atol=1e-8)
