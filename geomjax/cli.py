@@ -11,6 +11,7 @@ from pathlib import Path
 #: benchmark name -> script in the repository's benchmarks/ folder
 BENCHMARKS = {
     "lie": "bench_lie.py",
+    "riemann": "bench_riemann.py",
 }
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import lie
+from . import lie, riemann
 
 #: section name -> module with ``run(out: Path, fast: bool) -> list[Check]``
 SECTIONS = {
     "lie": lie,
+    "riemann": riemann,
 }
 
 

@@ -94,9 +94,8 @@ def christoffel_first_kind(metric: Metric, q) -> jax.Array:
 
 def _christoffel(metric: Metric, q, chk: Checker):
     g, dg = _metric_and_jacobian(metric, q, chk.where)
-    n = q.shape[0]
-    gamma1 = _first_kind_from_dg(dg).reshape(n, n * n)
-    return chk.solve(g, gamma1, "metric(q)").reshape(n, n, n)
+    # g⁻¹ once and an einsum: much faster under vmap than a solve with n² right-hand sides
+    return jnp.einsum("kl,lij->kij", chk.inverse(g, "metric(q)"), _first_kind_from_dg(dg))
 
 
 def christoffel(metric: Metric, q) -> jax.Array:
@@ -240,8 +239,8 @@ def _riemann(metric: Metric, q, chk: Checker):
 
     def gam(x):  # unchecked inside the derivative; g(q) is checked once below
         g, dg = _metric_and_jacobian(metric, x, where)
-        n = x.shape[0]
-        G = cho_solve(g, _first_kind_from_dg(dg).reshape(n, n * n)).reshape(n, n, n)
+        ginv = cho_solve(g, jnp.eye(x.shape[0], dtype=g.dtype))
+        G = jnp.einsum("kl,lij->kij", ginv, _first_kind_from_dg(dg))
         return G, (G, g)
 
     dG, (G, g) = jax.jacfwd(gam, has_aux=True)(q)  # dG[l, j, k, i] = ∂_i Γ^l_jk

@@ -194,8 +194,7 @@ class MovingEmbedding(eqx.Module):
         """
         chk, fr, _ = self._start("connection", t, q)
         G1 = self._first_kind(fr, chk.where)
-        n = fr.h.shape[0]
-        return chk.done(chk.solve(fr.h, G1.reshape(n, -1), "induced metric").reshape(G1.shape))
+        return chk.done(jnp.einsum("kl,lab->kab", chk.inverse(fr.h, "induced metric"), G1))
 
     # --- dynamics ----------------------------------------------------------------------------
     def acceleration(self, t, q, qdot, force=None) -> jax.Array:
