@@ -1,8 +1,7 @@
 """geomjax: differentiable geometric mechanics in JAX.
 
-Lie groups (:mod:`geomjax.lie`), structure-preserving integrators (:mod:`geomjax.integrators`),
-mechanical systems (:mod:`geomjax.systems`), Riemannian and constrained mechanics
-(:mod:`geomjax.riemann`) and gradient-based control (:mod:`geomjax.control`).
+Lie groups (:mod:`geomjax.lie`), mechanical systems (:mod:`geomjax.systems`), structure-preserving
+integrators and the :func:`simulate` driver (:mod:`geomjax.integrators`).
 
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
@@ -11,11 +10,48 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
+from . import integrators, lie, systems
+from .integrators import (
+    LGVI,
+    RKMK4,
+    RigidBodySplitting,
+    Solution,
+    diagnostics,
+    load_solution,
+    simulate,
+    step,
+)
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
+from .systems import EulerPoincareSystem, LieGroupState, RigidBody, RigidBodySE3, RigidBodyState
 
 try:
     __version__ = _version("geomjax")
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
-__all__ = ["SE2", "SE3", "SO2", "SO3", "LieGroup", "Rn", "Tn", "__version__"]
+__all__ = [
+    "LGVI",
+    "RKMK4",
+    "SE2",
+    "SE3",
+    "SO2",
+    "SO3",
+    "EulerPoincareSystem",
+    "LieGroup",
+    "LieGroupState",
+    "RigidBody",
+    "RigidBodySE3",
+    "RigidBodySplitting",
+    "RigidBodyState",
+    "Rn",
+    "Solution",
+    "Tn",
+    "__version__",
+    "diagnostics",
+    "integrators",
+    "lie",
+    "load_solution",
+    "simulate",
+    "step",
+    "systems",
+]

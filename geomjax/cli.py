@@ -11,6 +11,7 @@ from pathlib import Path
 #: benchmark name -> script in the repository's benchmarks/ folder
 BENCHMARKS = {
     "lie": "bench_lie.py",
+    "rigid-body": "bench_rigid_body.py",
     "riemann": "bench_riemann.py",
 }
 

@@ -81,11 +81,17 @@ class _Abelian(LieGroup):
         xi = self._c(xi, "xi", "coad")
         return jnp.zeros_like(as_float(mu) + xi)
 
-    def jac_right(self, xi):
-        return self._eye(self._c(xi, "xi", "jac_right"))
+    def jac_left(self, xi):
+        return self._eye(self._c(xi, "xi", "jac_left"))
 
-    def jac_right_inv(self, xi):
-        return self.jac_right(xi)
+    def jac_left_inv(self, xi):
+        return self.jac_left(xi)
+
+    def cay_jac_left(self, xi):
+        return self._eye(self._c(xi, "xi", "cay_jac_left"))
+
+    def cay_jac_left_inv(self, xi):
+        return self._eye(self._c(xi, "xi", "cay_jac_left_inv"))
 
     def defect(self, g):
         g = self._c(g, "g", "defect")

@@ -72,9 +72,13 @@ class LieGroup(eqx.Module):
         return type(self).__name__
 
     # --- group structure -------------------------------------------------------------------------
-    @abc.abstractmethod
     def identity(self, batch_shape: tuple[int, ...] = (), dtype=None) -> jax.Array:
-        """Identity element, broadcast to ``batch_shape + element_shape``."""
+        """Identity element, broadcast to ``batch_shape + element_shape`` (the identity matrix for
+        matrix groups; groups stored otherwise override this)."""
+        dtype = dtype or jnp.result_type(float)
+        return jnp.broadcast_to(
+            jnp.eye(self.matrix_dim, dtype=dtype), (*tuple(batch_shape), *self.element_shape)
+        )
 
     @abc.abstractmethod
     def compose(self, g, h) -> jax.Array:
@@ -114,12 +118,12 @@ class LieGroup(eqx.Module):
         """Adjoint of the algebra as a ``(..., dim, dim)`` matrix: ``ad(xi) eta = [xi, eta]``."""
 
     @abc.abstractmethod
-    def jac_right(self, xi) -> jax.Array:
-        """Right Jacobian: ``exp(xi + d) ≈ exp(xi) exp(J_r(xi) d)``."""
+    def jac_left(self, xi) -> jax.Array:
+        """Left Jacobian: ``exp(xi + d) ≈ exp(J_l(xi) d) exp(xi)``."""
 
     @abc.abstractmethod
-    def jac_right_inv(self, xi) -> jax.Array:
-        """Inverse of the right Jacobian (closed form)."""
+    def jac_left_inv(self, xi) -> jax.Array:
+        """Inverse of the left Jacobian (closed form)."""
 
     # --- manifold helpers --------------------------------------------------------------------
     @abc.abstractmethod
@@ -146,6 +150,33 @@ class LieGroup(eqx.Module):
         """Inverse of :meth:`cay`."""
         raise NotImplementedError(f"{self.name} has no Cayley map")
 
+    def cay_jac_left(self, xi) -> jax.Array:
+        """Left Jacobian of the Cayley map: ``cay(xi + d) ≈ exp(Jcay_l(xi) d) cay(xi)``.
+
+        Generic fallback by forward-mode differentiation; groups override it with closed forms.
+        """
+        xi = as_float(xi)
+
+        def one(x):
+            C = self.to_matrix(self.cay(x))
+            dC = jax.jacfwd(lambda y: self.to_matrix(self.cay(y)))(x)
+            Ci = jnp.linalg.inv(C)
+            return jax.vmap(lambda D: self.vee(D @ Ci), in_axes=-1, out_axes=-1)(dC)
+
+        flat = xi.reshape(-1, self.dim)
+        return jax.vmap(one)(flat).reshape(xi.shape + (self.dim,))
+
+    def cay_jac_left_inv(self, xi) -> jax.Array:
+        """Inverse of :meth:`cay_jac_left` (Kobilarov–Marsden's right-trivialized ``dcay^{-1}``)."""
+        return jnp.linalg.inv(self.cay_jac_left(xi))
+
+    def cay_jac_right(self, xi) -> jax.Array:
+        """``cay(xi + d) ≈ cay(xi) exp(Jcay_r(xi) d)``; equals ``Jcay_l(-xi)``."""
+        return self.cay_jac_left(-as_float(xi))
+
+    def cay_jac_right_inv(self, xi) -> jax.Array:
+        return self.cay_jac_left_inv(-as_float(xi))
+
     # --- derived -----------------------------------------------------------------------------
     def coad(self, xi, mu) -> jax.Array:
         """``(ad_xi)^T mu``: the Euler–Poincaré force term, ``dmu/dt = coad(xi, mu)``.
@@ -156,13 +187,13 @@ class LieGroup(eqx.Module):
         mu = as_float(mu)
         return jnp.sum(A * mu[..., :, None], axis=-2)
 
-    def jac_left(self, xi) -> jax.Array:
-        """Left Jacobian: ``exp(xi + d) ≈ exp(J_l(xi) d) exp(xi)``; equals ``J_r(-xi)``."""
-        return self.jac_right(-as_float(xi))
+    def jac_right(self, xi) -> jax.Array:
+        """Right Jacobian: ``exp(xi + d) ≈ exp(xi) exp(J_r(xi) d)``; equals ``J_l(-xi)``."""
+        return self.jac_left(-as_float(xi))
 
-    def jac_left_inv(self, xi) -> jax.Array:
-        """Inverse of the left Jacobian; equals ``J_r^{-1}(-xi)``."""
-        return self.jac_right_inv(-as_float(xi))
+    def jac_right_inv(self, xi) -> jax.Array:
+        """Inverse of the right Jacobian; equals ``J_l^{-1}(-xi)``."""
+        return self.jac_left_inv(-as_float(xi))
 
     def between(self, g, h) -> jax.Array:
         """``g^{-1} h``."""

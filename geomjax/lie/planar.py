@@ -59,10 +59,6 @@ class SpecialOrthogonal2(LieGroup):
     matrix_dim: ClassVar[int] = 2
     element_shape: ClassVar[tuple[int, ...]] = (2, 2)
 
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(2, dtype=dtype), tuple(batch_shape) + (2, 2))
-
     def compose(self, g, h):
         return mm(
             check_shape(g, (2, 2), "g", "SO2.compose"), check_shape(h, (2, 2), "h", "SO2.compose")
@@ -99,12 +95,12 @@ class SpecialOrthogonal2(LieGroup):
         xi = check_shape(xi, (1,), "xi", "SO2.ad")
         return jnp.zeros(xi.shape[:-1] + (1, 1), xi.dtype)
 
-    def jac_right(self, xi):
-        xi = check_shape(xi, (1,), "xi", "SO2.jac_right")
+    def jac_left(self, xi):
+        xi = check_shape(xi, (1,), "xi", "SO2.jac_left")
         return jnp.ones(xi.shape[:-1] + (1, 1), xi.dtype)
 
-    def jac_right_inv(self, xi):
-        return self.jac_right(xi)
+    def jac_left_inv(self, xi):
+        return self.jac_left(xi)
 
     def cay(self, xi):
         return _cay2(check_shape(xi, (1,), "xi", "SO2.cay")[..., 0])
@@ -112,6 +108,15 @@ class SpecialOrthogonal2(LieGroup):
     def cay_inv(self, g):
         g = check_shape(g, (2, 2), "g", "SO2.cay_inv")
         return (2.0 * g[..., 1, 0] / (1.0 + g[..., 0, 0]))[..., None]
+
+    def cay_jac_left(self, xi):
+        """``4/(4 + θ²)``: the Cayley image rotates by ``2 atan(θ/2)``."""
+        th = check_shape(xi, (1,), "xi", "SO2.cay_jac_left")
+        return (4.0 / (4.0 + th * th))[..., None]
+
+    def cay_jac_left_inv(self, xi):
+        th = check_shape(xi, (1,), "xi", "SO2.cay_jac_left_inv")
+        return (1.0 + 0.25 * th * th)[..., None]
 
     def defect(self, g):
         return _so2_defect(check_shape(g, (2, 2), "g", "SO2.defect"))
@@ -182,10 +187,6 @@ class SpecialEuclidean2(LieGroup):
     dim: ClassVar[int] = 3
     matrix_dim: ClassVar[int] = 3
     element_shape: ClassVar[tuple[int, ...]] = (3, 3)
-
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(3, dtype=dtype), tuple(batch_shape) + (3, 3))
 
     def from_xytheta(self, x, y, theta):
         """Element with translation ``(x, y)`` and heading ``theta``."""
@@ -296,6 +297,30 @@ class SpecialEuclidean2(LieGroup):
         # v = (I - th J/2) t
         v = jnp.stack([t[..., 0] + 0.5 * th * t[..., 1], t[..., 1] - 0.5 * th * t[..., 0]], -1)
         return jnp.concatenate([th[..., None], v], -1)
+
+    def cay_jac_left_inv(self, xi):
+        """The SE(2) restriction of the SE(3) formula: ``[[1 + θ²/4, 0], [u, I − θJ/2]]``."""
+        xi = check_shape(xi, (3,), "xi", "SE2.cay_jac_left_inv")
+        th, vx, vy = xi[..., 0], xi[..., 1], xi[..., 2]
+        u = -0.5 * jnp.stack([vy - 0.5 * th * vx, -vx - 0.5 * th * vy], -1)
+        one = jnp.ones_like(th)
+        B = jnp.stack([jnp.stack([one, 0.5 * th], -1), jnp.stack([-0.5 * th, one], -1)], -2)
+        M = _lower_block(u, B)
+        return M.at[..., 0, 0].set(1.0 + 0.25 * th * th)
+
+    def cay_jac_left(self, xi):
+        xi = check_shape(xi, (3,), "xi", "SE2.cay_jac_left")
+        Mi = self.cay_jac_left_inv(xi)
+        a = 1.0 / Mi[..., 0, 0]
+        th = xi[..., 0]
+        d = 4.0 + th * th
+        # (I - θJ/2)^{-1} = (2/d) [[2, -θ], [θ, 2]]
+        two = 2.0 * jnp.ones_like(th)
+        B_inv = (2.0 / d)[..., None, None] * jnp.stack(
+            [jnp.stack([two, -th], -1), jnp.stack([th, two], -1)], -2
+        )
+        u = -mv(B_inv, Mi[..., 1:, 0]) * a[..., None]
+        return _lower_block(u, B_inv).at[..., 0, 0].set(a)
 
     def defect(self, g):
         g = check_shape(g, (3, 3), "g", "SE2.defect")

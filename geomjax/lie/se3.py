@@ -84,10 +84,6 @@ class SpecialEuclidean3(LieGroup):
     matrix_dim: ClassVar[int] = 4
     element_shape: ClassVar[tuple[int, ...]] = (4, 4)
 
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(4, dtype=dtype), tuple(batch_shape) + (4, 4))
-
     # --- helpers ---------------------------------------------------------------------------
     def from_rotation_translation(self, R, p):
         R = check_shape(R, (3, 3), "R", "SE3.from_rotation_translation")
@@ -169,14 +165,8 @@ class SpecialEuclidean3(LieGroup):
         """``[[J_l(omega), 0], [Q(v, omega), J_l(omega)]]`` (Barfoot 2014, reordered to (omega, v))."""
         return _jl6(check_shape(xi, (6,), "xi", "SE3.jac_left"))
 
-    def jac_right(self, xi):
-        return _jl6(-check_shape(xi, (6,), "xi", "SE3.jac_right"))
-
     def jac_left_inv(self, xi):
         return _jl6_inv(check_shape(xi, (6,), "xi", "SE3.jac_left_inv"))
-
-    def jac_right_inv(self, xi):
-        return _jl6_inv(-check_shape(xi, (6,), "xi", "SE3.jac_right_inv"))
 
     def cay(self, xi):
         """``cay(omega, v) = [[cay(omega), (I − hat(omega)/2)^{-1} v], [0, 1]]``."""
@@ -191,6 +181,26 @@ class SpecialEuclidean3(LieGroup):
         w = SO3.cay_inv(g[..., :3, :3])
         p = g[..., :3, 3]
         return jnp.concatenate([w, p - 0.5 * cross(w, p)], -1)
+
+    def cay_jac_left_inv(self, xi):
+        """``[[A, 0], [-(I − hat(ω)/2) hat(v)/2, I − hat(ω)/2]]`` with ``A = I − hat(ω)/2 + ωω^T/4``
+        (Kobilarov & Marsden 2011)."""
+        xi = check_shape(xi, (6,), "xi", "SE3.cay_jac_left_inv")
+        w, v = xi[..., :3], xi[..., 3:]
+        eye = jnp.eye(3, dtype=xi.dtype)
+        B = eye - 0.5 * _hat3(w)
+        A = B + 0.25 * (w[..., :, None] * w[..., None, :])
+        return _blocks(A, -0.5 * mm(B, _hat3(v)), B)
+
+    def cay_jac_left(self, xi):
+        xi = check_shape(xi, (6,), "xi", "SE3.cay_jac_left")
+        w, v = xi[..., :3], xi[..., 3:]
+        c = 4.0 / (4.0 + jnp.sum(w * w, -1))
+        eye = jnp.eye(3, dtype=xi.dtype)
+        A_inv = c[..., None, None] * (eye + 0.5 * _hat3(w))  # SO(3) Cayley Jacobian
+        B_inv = _poly(w, 0.5 * c, 0.25 * c)  # (I - W/2)^{-1}
+        C = -0.5 * mm(eye - 0.5 * _hat3(w), _hat3(v))
+        return _blocks(A_inv, -mm(mm(B_inv, C), A_inv), B_inv)
 
     def defect(self, g):
         g = check_shape(g, (4, 4), "g", "SE3.defect")

@@ -127,10 +127,6 @@ class SpecialOrthogonal3(LieGroup):
     matrix_dim: ClassVar[int] = 3
     element_shape: ClassVar[tuple[int, ...]] = (3, 3)
 
-    def identity(self, batch_shape=(), dtype=None):
-        dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(jnp.eye(3, dtype=dtype), tuple(batch_shape) + (3, 3))
-
     def compose(self, g, h):
         g = check_shape(g, (3, 3), "g", "SO3.compose")
         h = check_shape(h, (3, 3), "h", "SO3.compose")
@@ -175,15 +171,9 @@ class SpecialOrthogonal3(LieGroup):
         """``J_l(w) = I + (1 − cos θ)/θ² hat(w) + (θ − sin θ)/θ³ hat(w)²``."""
         return _jl3(check_shape(xi, (3,), "xi", "SO3.jac_left"))
 
-    def jac_right(self, xi):
-        return _jl3(-check_shape(xi, (3,), "xi", "SO3.jac_right"))
-
     def jac_left_inv(self, xi):
         """``J_l^{-1}(w) = I − hat(w)/2 + (1 − (θ/2)cot(θ/2))/θ² hat(w)²`` (θ < 2π)."""
         return _jl3_inv(check_shape(xi, (3,), "xi", "SO3.jac_left_inv"))
-
-    def jac_right_inv(self, xi):
-        return _jl3_inv(-check_shape(xi, (3,), "xi", "SO3.jac_right_inv"))
 
     def cay(self, xi):
         """Cayley map ``(I − hat(w)/2)^{-1}(I + hat(w)/2) = I + 4/(4+|w|²)(hat(w) + hat(w)²/2)``.
@@ -200,6 +190,17 @@ class SpecialOrthogonal3(LieGroup):
         R = check_shape(g, (3, 3), "g", "SO3.cay_inv")
         tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
         return (2.0 / (1.0 + tr))[..., None] * _vee3(R - mT(R))
+
+    def cay_jac_left(self, xi):
+        """``Jcay_l(w) = (4 I + 2 hat(w))/(4 + |w|²)``."""
+        w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left")
+        c = 4.0 / (4.0 + jnp.sum(w * w, -1))
+        return c[..., None, None] * (jnp.eye(3, dtype=w.dtype) + 0.5 * _hat3(w))
+
+    def cay_jac_left_inv(self, xi):
+        """``Jcay_l(w)^{-1} = I − hat(w)/2 + w w^T/4`` (rational: no trigonometry)."""
+        w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left_inv")
+        return jnp.eye(3, dtype=w.dtype) - 0.5 * _hat3(w) + 0.25 * outer(w, w)
 
     def defect(self, g):
         """``max|R^T R − I| + |det R − 1|`` (NaN propagates)."""

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from geomjax.lie import LieGroup
+
 from .strategies import BATCHES, GROUPS, group_id, random_algebra, random_element, seeds
 
 pytestmark = pytest.mark.parametrize("G", GROUPS, ids=group_id)
@@ -116,6 +118,10 @@ def _identities(G, a):
         # Cayley
         "cay on group": (G.defect(C), jnp.zeros(batch), 1e-12),
         "cay_inv(cay xi) = xi": (G.cay_inv(C), xi_j, 1e-11),
+        # Cayley Jacobians (closed forms) against forward-mode derivatives of cay
+        "Jcay_l": (G.cay_jac_left(xi_j), LieGroup.cay_jac_left(G, xi_j), 1e-11),
+        "Jcay_l^-1 Jcay_l = I": (G.cay_jac_left_inv(xi_j) @ G.cay_jac_left(xi_j), eye_d, 1e-11),
+        "Jcay_r(xi) = Jcay_l(-xi)": (G.cay_jac_right(xi_j), LieGroup.cay_jac_left(G, -xi_j), 1e-11),
     }
     if G.name[0] not in "RT":  # abelian groups stored as vectors: cay is exp
         X_j = G.hat(xi_j)

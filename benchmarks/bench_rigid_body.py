@@ -1,0 +1,432 @@
+"""Rigid body: geomjax LGVI vs RKMK4, diffrax (Tsit5, Dopri5, Dopri8, fixed step) and SciPy.
+
+    python benchmarks/bench_rigid_body.py [--fast]        (or: geomjax bench rigid-body)
+
+(a) accuracy: energy and spatial-momentum error vs step size, and over a long horizon (plot);
+(b) throughput in body-steps/s for batch 1, 1024, 8192 in float64 and float32: LGVI, the explicit
+    splitting, RKMK4, diffrax Tsit5 and a bare ``lax.scan`` RK4 on the same equations (table of
+    ratios to diffrax Tsit5);
+(c) cost of a gradient relative to the forward pass, and compiled peak memory of a long-horizon
+    gradient with and without checkpointing.
+Compile time is always reported separately from run time.  Same equations, same machine, one run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import fast_mode, machine_info, print_table, time_jitted, write_json
+
+jax.config.update("jax_enable_x64", True)
+
+import geomjax as gj  # noqa: E402
+from geomjax.systems import HeavyTop  # noqa: E402
+
+try:
+    import diffrax
+except ImportError:  # optional baseline
+    diffrax = None
+try:
+    import scipy.integrate as scipy_integrate
+except ImportError:
+    scipy_integrate = None
+
+MOMENTS = np.array([1.0, 2.0, 3.0])
+PI0 = np.array([0.8, -0.3, 1.1])
+R0 = np.asarray(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])))
+
+
+# ------------------------------------------------------------------------------------------
+# the same equations for every baseline: y = (R row-major, Pi), R' = R hat(Pi/I), Pi' = Pi × Omega
+
+
+def rhs(y, moments):
+    R = y[..., :9].reshape((*y.shape[:-1], 3, 3))
+    Pi = y[..., 9:]
+    Om = Pi / moments
+    dR = R @ gj.SO3.hat(Om)
+    return jnp.concatenate([dR.reshape((*y.shape[:-1], 9)), jnp.cross(Pi, Om)], -1)
+
+
+def energy(Pi, moments):
+    return 0.5 * jnp.sum(Pi**2 / moments, -1)
+
+
+def spatial(R, Pi):
+    return jnp.einsum("...ij,...j->...i", R, Pi)
+
+
+def lgvi_run(dt, steps, save_every, method=None, dtype=jnp.float64):
+    rb = gj.RigidBody(jnp.asarray(MOMENTS, dtype))
+    s0 = gj.RigidBodyState(jnp.asarray(R0, dtype), jnp.asarray(PI0, dtype))
+    sol = gj.simulate(rb, method or gj.LGVI(), s0, dt, steps, save_every=save_every)
+    return np.asarray(sol.ts), np.asarray(sol.states.R), np.asarray(sol.states.Pi)
+
+
+def diffrax_run(solver, dt, steps, save_every):
+    term = diffrax.ODETerm(lambda t, y, args: rhs(y, jnp.asarray(MOMENTS)))
+    y0 = jnp.concatenate([jnp.asarray(R0).reshape(9), jnp.asarray(PI0)])
+    ts = jnp.arange(0, steps + 1, save_every) * dt
+    sol = diffrax.diffeqsolve(
+        term,
+        solver,
+        0.0,
+        steps * dt,
+        dt,
+        y0,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.ConstantStepSize(),
+        max_steps=steps + 1,
+    )
+    y = np.asarray(sol.ys)
+    return np.asarray(ts), y[:, :9].reshape(-1, 3, 3), y[:, 9:]
+
+
+def scipy_run(method, dt, steps, save_every):
+    f = jax.jit(lambda y: rhs(y, jnp.asarray(MOMENTS)))
+    y0 = np.concatenate([R0.reshape(9), PI0])
+    ts = np.arange(0, steps + 1, save_every) * dt
+    # fixed steps: first_step = max_step = dt and tolerances so loose that no step is rejected
+    sol = scipy_integrate.solve_ivp(
+        lambda t, y: np.asarray(f(jnp.asarray(y))),
+        (0, steps * dt),
+        y0,
+        method=method,
+        t_eval=ts,
+        first_step=dt,
+        max_step=dt,
+        rtol=1e10,
+        atol=1e10,
+    )
+    y = sol.y.T
+    return ts, y[:, :9].reshape(-1, 3, 3), y[:, 9:]
+
+
+def errors(R, Pi):
+    E = np.asarray(energy(jnp.asarray(Pi), jnp.asarray(MOMENTS)))
+    m = np.asarray(spatial(jnp.asarray(R), jnp.asarray(Pi)))
+    e_err = np.abs(E - E[0]) / E[0]
+    m_err = np.linalg.norm(m - m[0], axis=-1) / np.linalg.norm(m[0])
+    defect = np.asarray(gj.SO3.defect(jnp.asarray(R)))
+    return e_err, m_err, defect
+
+
+def accuracy(fast):
+    methods = {
+        "geomjax LGVI": lambda dt, n, s: lgvi_run(dt, n, s),
+        "geomjax splitting": lambda dt, n, s: lgvi_run(dt, n, s, gj.RigidBodySplitting()),
+        "geomjax RKMK4": lambda dt, n, s: lgvi_run(dt, n, s, gj.RKMK4()),
+    }
+    if diffrax is not None:
+        for name, solver in (
+            ("Tsit5", diffrax.Tsit5()),
+            ("Dopri5", diffrax.Dopri5()),
+            ("Dopri8", diffrax.Dopri8()),
+        ):
+            methods[f"diffrax {name}"] = lambda dt, n, s, solver=solver: diffrax_run(
+                solver, dt, n, s
+            )
+    if scipy_integrate is not None:
+        for name in ("DOP853", "RK45"):
+            methods[f"scipy {name}"] = lambda dt, n, s, name=name: scipy_run(name, dt, n, s)
+    T = 20.0 if fast else 100.0
+    dts = (0.2, 0.1, 0.05) if fast else (0.4, 0.2, 0.1, 0.05, 0.025)
+    vs_dt = []
+    for name, run in methods.items():
+        for dt in dts:
+            n = round(T / dt)
+            if name.startswith("scipy") and n > 4000 and fast:
+                continue
+            _, R, Pi = run(dt, n, max(1, n // 200))
+            e, m, d = errors(R, Pi)
+            vs_dt.append(
+                {
+                    "method": name,
+                    "dt": dt,
+                    "T": T,
+                    "max_energy_err": float(e.max()),
+                    "max_momentum_err": float(m.max()),
+                    "max_defect": float(d.max()),
+                }
+            )
+    # long horizon at one step size
+    T_long = 200.0 if fast else 2000.0
+    dt = 0.1
+    n = round(T_long / dt)
+    horizon = {}
+    for name, run in methods.items():
+        if name.startswith("scipy") and fast:
+            continue
+        ts, R, Pi = run(dt, n, max(1, n // 400))
+        e, m, d = errors(R, Pi)
+        horizon[name] = {
+            "t": ts.tolist(),
+            "energy_err": e.tolist(),
+            "momentum_err": m.tolist(),
+            "defect": d.tolist(),
+        }
+    return vs_dt, horizon
+
+
+# ------------------------------------------------------------------------------------------
+# throughput
+
+
+def throughput(fast):
+    batches = (1, 1024) if fast else (1, 1024, 8192)
+    steps = 200 if fast else 2000
+    dt = 0.01
+    rows = []
+    rng = np.random.default_rng(0)
+    for dtype in (jnp.float64, jnp.float32):
+        moments = jnp.asarray(MOMENTS, dtype)
+        rb = gj.RigidBody(moments)
+        for B in batches:
+            Pi = jnp.asarray(rng.standard_normal((B, 3)), dtype)
+            R = jnp.broadcast_to(jnp.asarray(R0, dtype), (B, 3, 3))
+
+            def geomjax_fn(method):
+                def f(R, Pi):
+                    def sim(r, p):
+                        return gj.simulate(
+                            rb, method, gj.RigidBodyState(r, p), dt, steps, save_every=steps
+                        ).final_state
+
+                    return jax.vmap(sim)(R, Pi)
+
+                return f
+
+            y0 = jnp.concatenate([R.reshape(B, 9), Pi], -1)
+
+            def rk4_scan(y):
+                def step(y, _):
+                    k1 = rhs(y, moments)
+                    k2 = rhs(y + 0.5 * dt * k1, moments)
+                    k3 = rhs(y + 0.5 * dt * k2, moments)
+                    k4 = rhs(y + dt * k3, moments)
+                    return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+                return jax.lax.scan(step, y, None, length=steps)[0]
+
+            top = gj.RigidBody(moments, HeavyTop(1.0, 9.81, [0.0, 0.1, 0.4]))
+            generic = gj.EulerPoincareSystem(gj.SO3, jnp.diag(moments))
+            u = jnp.asarray(0.1 * rng.standard_normal((steps, 3)), dtype)
+
+            def variant(system, controls=None):
+                def f(R, Pi):
+                    def sim(r, p):
+                        s0 = system.make_state(r, p)
+                        return gj.simulate(
+                            system, gj.LGVI(), s0, dt, steps, controls=controls, save_every=steps
+                        ).final_state
+
+                    return jax.vmap(sim)(R, Pi)
+
+                return f
+
+            impls = {
+                "geomjax LGVI": (geomjax_fn(gj.LGVI()), (R, Pi)),
+                "geomjax LGVI + potential": (variant(top), (R, Pi)),
+                "geomjax LGVI + controls": (variant(rb, u), (R, Pi)),
+                "geomjax LGVI generic-group path": (variant(generic), (R, Pi)),
+                "geomjax splitting": (geomjax_fn(gj.RigidBodySplitting()), (R, Pi)),
+                "geomjax RKMK4": (geomjax_fn(gj.RKMK4()), (R, Pi)),
+                "lax.scan RK4 (bare)": (rk4_scan, (y0,)),
+            }
+            if diffrax is not None:
+                term = diffrax.ODETerm(lambda t, y, args: rhs(y, moments))
+
+                def tsit5(y):
+                    def solve(y0):
+                        return diffrax.diffeqsolve(
+                            term,
+                            diffrax.Tsit5(),
+                            0.0,
+                            steps * dt,
+                            dt,
+                            y0,
+                            saveat=diffrax.SaveAt(t1=True),
+                            stepsize_controller=diffrax.ConstantStepSize(),
+                            max_steps=steps,
+                        ).ys
+
+                    return jax.vmap(solve)(y)
+
+                impls["diffrax Tsit5"] = (tsit5, (y0,))
+            results = {}
+            for name, (fn, args) in impls.items():
+                c, r = time_jitted(
+                    fn, *args, repeats=5 if fast else 9, min_time=0.3 if fast else 1.0
+                )
+                results[name] = (c, r)
+            base = results.get("diffrax Tsit5", results["lax.scan RK4 (bare)"])[1]
+            for name, (c, r) in results.items():
+                rows.append(
+                    {
+                        "dtype": jnp.dtype(dtype).name,
+                        "batch": B,
+                        "method": name,
+                        "compile_s": c,
+                        "run_ms": r * 1e3,
+                        "body_steps_per_s": B * steps / r,
+                        "speedup_vs_tsit5": base / r,
+                    }
+                )
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# gradients and memory
+
+
+def gradient_cost(fast):
+    rows = []
+    rb = gj.RigidBody(jnp.asarray(MOMENTS))
+    R = jnp.asarray(R0)
+    for steps in (1000, 10_000) if fast else (1000, 10_000, 100_000):
+        save = int(np.sqrt(steps))
+        while steps % save:
+            save -= 1
+
+        def fwd(pi0, checkpoint=False):
+            sol = gj.simulate(
+                rb,
+                gj.LGVI(),
+                gj.RigidBodyState(R, pi0),
+                0.01,
+                steps,
+                save_every=save,
+                checkpoint=checkpoint,
+            )
+            return jnp.sum(sol.states.Pi[-1] ** 2) + jnp.sum(sol.states.R[-1])
+
+        pi0 = jnp.asarray(PI0)
+        _, r_f = time_jitted(fwd, pi0, repeats=3)
+        for checkpoint in (False, True):
+            g = jax.grad(lambda p, checkpoint=checkpoint: fwd(p, checkpoint))
+            c_g, r_g = time_jitted(g, pi0, repeats=3)
+            mem = jax.jit(g).lower(pi0).compile().memory_analysis()
+            rows.append(
+                {
+                    "steps": steps,
+                    "save_every": save,
+                    "checkpoint": checkpoint,
+                    "forward_ms": r_f * 1e3,
+                    "grad_ms": r_g * 1e3,
+                    "grad_over_forward": r_g / r_f,
+                    "compile_grad_s": c_g,
+                    "peak_temp_MB": getattr(mem, "temp_size_in_bytes", float("nan")) / 1e6,
+                }
+            )
+    return rows
+
+
+def plot(vs_dt, horizon, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    names = sorted({r["method"] for r in vs_dt})
+    for name in names:
+        rs = [r for r in vs_dt if r["method"] == name]
+        style = "o-" if name.startswith("geomjax") else "s--"
+        axes[0].loglog(
+            [r["dt"] for r in rs], [max(r["max_energy_err"], 1e-17) for r in rs], style, label=name
+        )
+        axes[1].loglog(
+            [r["dt"] for r in rs],
+            [max(r["max_momentum_err"], 1e-17) for r in rs],
+            style,
+            label=name,
+        )
+    axes[0].set(
+        xlabel="dt",
+        ylabel="max relative energy error",
+        title=f"energy error, T = {vs_dt[0]['T']:g}",
+    )
+    axes[1].set(
+        xlabel="dt", ylabel="max relative |R Π − R₀Π₀|", title="spatial angular momentum error"
+    )
+    for name, h in horizon.items():
+        style = "-" if name.startswith("geomjax") else "--"
+        axes[2].semilogy(h["t"], np.maximum(h["energy_err"], 1e-17), style, label=name)
+    axes[2].set(xlabel="t", ylabel="relative energy error", title="long horizon, dt = 0.1")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+    axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def main():
+    fast = fast_mode()
+    t0 = time.perf_counter()
+    vs_dt, horizon = accuracy(fast)
+    print_table(
+        vs_dt,
+        ["method", "dt", "max_energy_err", "max_momentum_err", "max_defect"],
+        title="(a) accuracy vs step size (free rigid body, I = (1, 2, 3))",
+    )
+    final = [
+        {
+            "method": k,
+            "t_end": v["t"][-1],
+            "energy_err_end": v["energy_err"][-1],
+            "max_energy_err": max(v["energy_err"]),
+            "momentum_err_end": v["momentum_err"][-1],
+            "defect_end": v["defect"][-1],
+        }
+        for k, v in horizon.items()
+    ]
+    print_table(
+        final,
+        ["method", "t_end", "energy_err_end", "max_energy_err", "momentum_err_end", "defect_end"],
+        title="(a') long horizon, dt = 0.1",
+    )
+    thr = throughput(fast)
+    print_table(
+        thr,
+        ["dtype", "batch", "method", "compile_s", "run_ms", "body_steps_per_s", "speedup_vs_tsit5"],
+        title="(b) throughput (vmap over the batch, same dt = 0.01)",
+    )
+    grads = gradient_cost(fast)
+    print_table(
+        grads,
+        [
+            "steps",
+            "save_every",
+            "checkpoint",
+            "forward_ms",
+            "grad_ms",
+            "grad_over_forward",
+            "peak_temp_MB",
+        ],
+        title="(c) reverse-mode gradient of a terminal loss",
+    )
+    from common import RESULTS
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(vs_dt, horizon, RESULTS / "rigid_body_accuracy.png")
+    write_json(
+        "rigid_body",
+        {
+            "fast": fast,
+            "accuracy_vs_dt": vs_dt,
+            "long_horizon": final,
+            "throughput": thr,
+            "gradients": grads,
+            "wall_s": time.perf_counter() - t0,
+            "machine": machine_info(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

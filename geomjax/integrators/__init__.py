@@ -1,0 +1,23 @@
+"""Integrators (methods) and the single driver :func:`simulate`."""
+
+from .base import AbstractMethod, StepStats
+from .lgvi import LGVI
+from .newton import newton_solve, solve3
+from .rkmk import RKMK4
+from .simulate import Solution, diagnostics, load_solution, simulate, step
+from .splitting import RigidBodySplitting
+
+__all__ = [
+    "LGVI",
+    "RKMK4",
+    "AbstractMethod",
+    "RigidBodySplitting",
+    "Solution",
+    "StepStats",
+    "diagnostics",
+    "load_solution",
+    "newton_solve",
+    "simulate",
+    "solve3",
+    "step",
+]

@@ -1,0 +1,191 @@
+"""Struct-of-arrays kernels for rigid bodies on SO(3) (the hot path of LGVI and the splitting).
+
+Inside :func:`geomjax.simulate` the state of an SO(3) system is carried as one ``(12,)`` array
+(``R`` row-major, then ``Pi``) and every step is written on its 12 scalar components instead of on
+``(3, 3)`` matrices and ``(3,)`` vectors.  Under ``jax.vmap`` each component is a ``(batch,)``
+slice, and the step compiles to a few fused, vectorized loops over the batch instead of many small
+3×3 operations (matmuls, LAPACK calls).  The arithmetic is the same as in the array form; only the
+layout differs, and the conversion at save points is exact.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .newton import solve3_scalars
+
+
+def to_carry(R, Pi):
+    """``(R, Pi)`` → the ``(12,)`` carry ``(R row-major, Pi)``."""
+    return jnp.concatenate([jnp.reshape(R, (9,)), Pi])
+
+
+def from_carry(c):
+    """The ``(12,)`` carry → ``(R, Pi)``."""
+    return jnp.reshape(c[:9], (3, 3)), c[9:]
+
+
+def split(c):
+    """The carry as scalars: ``(R entries (9,), Pi entries (3,))``."""
+    return tuple(c[i] for i in range(9)), tuple(c[9 + i] for i in range(3))
+
+
+def join(R, Pi):
+    """Scalars → carry.  Stacking every output of a step into one array lets XLA fuse the whole
+    step into (nearly) one loop over the batch (measured ~1.3× faster than a tuple carry)."""
+    return jnp.stack((*R, *Pi))
+
+
+def pack(carry):
+    """``(R entries, Pi entries)`` scalars → ``(R (3, 3), Pi (3,))`` arrays."""
+    R, Pi = carry
+    return jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)]), jnp.stack(Pi)
+
+
+def as_tuple3(v):
+    return (v[0], v[1], v[2])
+
+
+def cross(a, b):
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+def dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def inertia_apply(I, x):
+    """``I x`` for principal moments (3 entries) or a full matrix (9 entries, row-major)."""
+    if len(I) == 3:
+        return (I[0] * x[0], I[1] * x[1], I[2] * x[2])
+    return tuple(I[3 * i] * x[0] + I[3 * i + 1] * x[1] + I[3 * i + 2] * x[2] for i in range(3))
+
+
+def inertia_solve(I, b):
+    if len(I) == 3:
+        return (b[0] / I[0], b[1] / I[1], b[2] / I[2])
+    return solve3_scalars(I, b)
+
+
+def inertia_entries(I, principal: bool):
+    if principal:
+        return (I[0, 0], I[1, 1], I[2, 2])
+    return tuple(I[i, j] for i in range(3) for j in range(3))
+
+
+def cayley_residual(x, args):
+    """``I x + h/2 x × I x + h²/4 (x·I x) x − b`` (discrete Legendre transform, Cayley LGVI)."""
+    I, b, h = args
+    y = inertia_apply(I, x)
+    c = cross(x, y)
+    d = 0.25 * h * h * dot(x, y)
+    return tuple(y[i] + 0.5 * h * c[i] + d * x[i] - b[i] for i in range(3))
+
+
+def cayley_jac_solve(x, args, r):
+    """Solve ``J(x) d = r`` with ``J = I + h/2 (hat(x) I − hat(I x)) + h²/4 (2 x (I x)^T + (x·I x) 1)``
+    by Cramer's rule."""
+    I, _, h = args
+    y = inertia_apply(I, x)
+    hh, q = 0.5 * h, 0.25 * h * h
+    d = dot(x, y)
+    if len(I) == 3:
+        Im = (I[0], 0.0, 0.0, 0.0, I[1], 0.0, 0.0, 0.0, I[2])
+    else:
+        Im = I
+    # hat(x) I (row i of hat(x) times column j of I)
+    hx = ((0.0, -x[2], x[1]), (x[2], 0.0, -x[0]), (-x[1], x[0], 0.0))
+    hy = ((0.0, -y[2], y[1]), (y[2], 0.0, -y[0]), (-y[1], y[0], 0.0))
+    a = []
+    for i in range(3):
+        for j in range(3):
+            if len(I) == 3:  # hat(x) diag(I): entry hx[i][j] I[j]
+                hxI = hx[i][j] * I[j] if i != j else 0.0
+            else:
+                hxI = sum(hx[i][k] * Im[3 * k + j] for k in range(3) if i != k)
+            v = Im[3 * i + j] + hh * (hxI - hy[i][j]) + q * 2.0 * x[i] * y[j]
+            if i == j:
+                v = v + q * d
+            a.append(v)
+    return solve3_scalars(tuple(a), r)
+
+
+def cayley_predictor(I, b, h):
+    """Second-order accurate explicit guess ``I^{-1}(b − h/2 xa × b)``, ``xa = I^{-1} b``."""
+    xa = inertia_solve(I, b)
+    c = cross(xa, b)
+    return inertia_solve(I, tuple(b[i] - 0.5 * h * c[i] for i in range(3)))
+
+
+def cay_matrix(w):
+    """Entries of ``cay(w) = I + 4/(4+|w|²)(hat(w) + hat(w)²/2)`` (row-major tuple of 9)."""
+    n2 = dot(w, w)
+    c = 4.0 / (4.0 + n2)
+    hc = 0.5 * c
+    w0, w1, w2 = w
+    return (
+        1.0 + hc * (w0 * w0 - n2),
+        c * (-w2 + 0.5 * w0 * w1),
+        c * (w1 + 0.5 * w0 * w2),
+        c * (w2 + 0.5 * w1 * w0),
+        1.0 + hc * (w1 * w1 - n2),
+        c * (-w0 + 0.5 * w1 * w2),
+        c * (-w1 + 0.5 * w2 * w0),
+        c * (w0 + 0.5 * w2 * w1),
+        1.0 + hc * (w2 * w2 - n2),
+    )
+
+
+def matmul(A, B):
+    return tuple(
+        sum(A[3 * i + k] * B[3 * k + j] for k in range(3)) for i in range(3) for j in range(3)
+    )
+
+
+def matT_vec(A, v):
+    """``A^T v``."""
+    return tuple(A[j] * v[0] + A[3 + j] * v[1] + A[6 + j] * v[2] for j in range(3))
+
+
+def axis_flow(R, Pi, inv_I, i, tau, exact=False):
+    """Flow of ``H_i = Pi_i²/(2 I_i)`` for time ``tau`` (splitting sub-step): a rotation about
+    body axis ``i`` by ``phi = tau Pi_i/I_i`` (``Pi_i`` is constant along it).
+
+    ``exact=True`` uses ``(cos phi, sin phi)``; by default the rotation is the Cayley rotation
+    ``((1 − phi²/4), phi)/(1 + phi²/4)`` — the implicit midpoint rule of the linear sub-flow, which
+    is explicit here, symplectic and norm-preserving, and needs no trigonometric function (these
+    dominate the cost of a step in float64)."""
+    j, k = (i + 1) % 3, (i + 2) % 3
+    phi = tau * Pi[i] * inv_I[i]
+    if exact:
+        c, s = jnp.cos(phi), jnp.sin(phi)
+    else:
+        q = 0.25 * phi * phi
+        d = 1.0 / (1.0 + q)
+        c, s = (1.0 - q) * d, phi * d
+    R = list(R)
+    for row in range(3):
+        rj, rk = R[3 * row + j], R[3 * row + k]
+        R[3 * row + j] = c * rj + s * rk
+        R[3 * row + k] = -s * rj + c * rk
+    Pi = list(Pi)
+    pj, pk = Pi[j], Pi[k]
+    Pi[j] = c * pj + s * pk
+    Pi[k] = -s * pj + c * pk
+    return tuple(R), tuple(Pi)
+
+
+def bjorck(R):
+    """One Björck (Newton–Schulz) orthonormalization step ``R (3 I − R^T R)/2``."""
+    RtR = tuple(
+        sum(R[3 * k + i] * R[3 * k + j] for k in range(3)) for i in range(3) for j in range(3)
+    )
+    M = tuple(
+        (3.0 if i == j else 0.0) * 0.5 - 0.5 * RtR[3 * i + j] for i in range(3) for j in range(3)
+    )
+    return matmul(R, M)
+
+
+def needs_reorthonormalization(flag, dtype) -> bool:
+    """The ``reorthonormalize`` policy of the SO(3) methods: ``None`` means float32 and below."""
+    return bool(flag) or (flag is None and jnp.finfo(dtype).bits <= 32)

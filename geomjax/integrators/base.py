@@ -1,0 +1,63 @@
+"""The integrator interface: a method is an :class:`equinox.Module` with a pure ``step``."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+__all__ = ["AbstractMethod", "StepStats"]
+
+
+class StepStats(eqx.Module):
+    """Per-step diagnostics returned by every method.
+
+    ``residual``: relative residual of the implicit solve after the last Newton iteration
+    (0 for explicit methods).  ``simulate`` reports its maximum per saved block.
+    """
+
+    residual: jax.Array
+
+    @classmethod
+    def explicit(cls, dtype):
+        return cls(residual=jnp.zeros((), dtype))
+
+
+class AbstractMethod(eqx.Module):
+    """A one-step integrator.
+
+    Concrete methods implement ``step(system, state, dt, control, t) -> (state, StepStats)``: a
+    pure function (MJX style), jittable and vmappable, with fixed work per step.
+    """
+
+    order: ClassVar[int]
+
+    @abc.abstractmethod
+    def step(self, system, state, dt, control=None, t=0.0):
+        """Advance ``state`` of ``system`` by one step ``dt`` with the zero-order-hold control
+        ``control`` (a body force in g*, or None) starting at time ``t``."""
+
+    # Methods may carry the state in an internal layout inside simulate's scan (e.g. the
+    # struct-of-arrays layout of the SO(3) kernels); ``init``/``finalize`` convert exactly and
+    # ``advance`` steps the internal carry.  By default the carry is the state itself.
+    def init(self, system, state):
+        """State → internal carry."""
+        return state
+
+    def finalize(self, system, carry):
+        """Internal carry → state (exact)."""
+        return carry
+
+    def advance(self, system, carry, dt, control=None, t=0.0):
+        """One step on the internal carry: ``(carry, StepStats)``."""
+        return self.step(system, carry, dt, control, t)
+
+    def supports(self, system) -> bool:
+        """Static check used by :func:`geomjax.simulate` to give a clear error."""
+        return True
+
+    def validate(self, system) -> None:
+        """Eager checks of the system's parameters for this method (raise ``ValueError``)."""

@@ -1,0 +1,240 @@
+"""Lie group variational integrators (discrete Euler–Poincaré with forces).
+
+Discretization (left trivialization; Lee, Leok & McClamroch 2005; Bou-Rabee & Marsden 2009;
+Kobilarov & Marsden 2011).  With ``g_{k+1} = g_k f_k``, ``f_k = tau(h xi_k)`` (``tau`` the Cayley map
+or exp) and the discrete Lagrangian
+
+    L_d(g_k, g_{k+1}) = h l(xi_k) − h/2 V(g_k) − h/2 V(g_{k+1}),   l(xi) = ½ <xi, I xi>,
+
+the discrete Lagrange–d'Alembert principle with the body forces ``f^± = h/2 (u_k + F)`` gives, for
+body momenta ``mu_k`` (``M = −dV`` the left-trivialized potential force):
+
+    Jtau_l(h xi_k)^{-T} I xi_k = mu_k + h/2 (M_k + u_k + F_k)  =: b_k        (implicit in xi_k)
+    g_{k+1} = g_k tau(h xi_k)
+    mu_{k+1} = Ad_{f_k}^T b_k + h/2 (M_{k+1} + u_k + F_{k+1})                  (explicit)
+
+On SO(3) ``Ad_F^T = F^T`` and this is Lee et al.'s update
+``Pi_{k+1} = F_k^T Pi_k + h/2 (F_k^T M_k + M_{k+1})``.  Writing the update through ``Ad_f^T b_k``
+makes the discrete momentum map ``Ad_{g^{-1}}^T mu`` exactly invariant (no forces, invariant
+potential) *whatever the residual of the implicit solve*; the residual only affects symplecticity
+and accuracy, and is reported.
+
+With the Cayley map the implicit equation is rational (no trigonometry); on SO(3) it reads
+
+    I xi + h/2 xi × I xi + h²/4 (xi · I xi) xi = b,
+
+solved from the second-order predictor ``I^{-1}(b − h/2 (I^{-1} b) × b)`` by a fixed number of
+Newton steps with a closed-form 3×3 Jacobian and Cramer's rule, in a struct-of-arrays layout
+(see :mod:`geomjax.integrators._so3_soa`).  On other groups the Jacobian of
+``Jtau_l(h xi)^{-T} I xi`` comes from forward-mode autodiff.  Derivatives through the solve use the
+implicit function theorem (:func:`geomjax.integrators.newton.newton_solve`).
+
+(Lee et al.'s own discrete Lagrangian, ``(1/h) tr((I − F) J_d)``, is a different second-order
+discretization of the same kinetic energy; both are variational and share the momentum update.)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from ..lie.so3 import SpecialOrthogonal3
+from ..systems.base import AbstractLieGroupSystem
+from . import _so3_soa as soa
+from .base import AbstractMethod, StepStats
+from .newton import dense_jac_solve, newton_solve
+
+__all__ = ["LGVI"]
+
+
+def _mT(a):
+    return jnp.swapaxes(a, -1, -2)
+
+
+class _GroupResidual(eqx.Module):
+    """``Jtau_l(h xi)^{-T} I xi − b`` on a generic group (a static, hashable callable)."""
+
+    group: object = eqx.field(static=True)
+    retraction: str = eqx.field(static=True)
+
+    def __call__(self, xi, args):
+        I, b, h = args
+        x = h * xi
+        G = self.group
+        Jinv = G.cay_jac_left_inv(x) if self.retraction == "cayley" else G.jac_left_inv(x)
+        return _mT(Jinv) @ (I @ xi) - b
+
+
+def _relative(r, b):
+    scale = jnp.max(jnp.abs(b)) + jnp.finfo(b.dtype).tiny
+    return jnp.max(jnp.abs(r)) / scale
+
+
+class LGVI(AbstractMethod):
+    """Lie group variational integrator (second order, symplectic, momentum-preserving, on the
+    group to round-off) for any :class:`~geomjax.systems.AbstractLieGroupSystem`.
+
+    Arguments:
+        retraction: ``"cayley"`` (default; rational, fastest) or ``"exp"``.
+        newton_iters: fixed number of Newton iterations per step (default 3: from the
+            second-order predictor the error after k iterations is ``O((h|xi|)^(2^(k+1)))``).
+        on_failure: ``"report"`` (relative residual in ``Solution.stats``) or ``"raise"`` (an
+            ``equinox.error_if`` when it exceeds ``tol``).
+        tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
+        reorthonormalize: on SO(3), apply one Björck step ``R ← R (3 I − R^T R)/2`` after each
+            update.  ``None`` (default) does so in float32 and below, where the round-off drift of
+            ``R^T R`` would otherwise grow linearly (~1e-3 after 2e4 steps); the correction is
+            ``O(eps)`` and leaves order and conservation properties unchanged.  In float64 the
+            drift is at the 1e-13 level over 1e5 steps and nothing is done.
+    """
+
+    retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")
+    newton_iters: int = eqx.field(static=True, default=3)
+    on_failure: Literal["report", "raise"] = eqx.field(static=True, default="report")
+    tol: float | None = eqx.field(static=True, default=None)
+    reorthonormalize: bool | None = eqx.field(static=True, default=None)
+    order: ClassVar[int] = 2
+
+    def __check_init__(self):
+        if self.retraction not in ("cayley", "exp"):
+            raise ValueError(
+                f"LGVI: argument 'retraction' must be 'cayley' or 'exp', got {self.retraction!r}"
+            )
+        if not (isinstance(self.newton_iters, int) and self.newton_iters >= 1):
+            raise ValueError(
+                f"LGVI: argument 'newton_iters' must be a positive int, got {self.newton_iters!r}"
+            )
+        if self.on_failure not in ("report", "raise"):
+            raise ValueError(
+                f"LGVI: argument 'on_failure' must be 'report' or 'raise', got {self.on_failure!r}"
+            )
+
+    def supports(self, system) -> bool:
+        return isinstance(system, AbstractLieGroupSystem)
+
+    def _fast(self, system) -> bool:
+        return isinstance(system.group, SpecialOrthogonal3) and self.retraction == "cayley"
+
+    def retract(self, G, x):
+        return G.cay(x) if self.retraction == "cayley" else G.exp(x)
+
+    # --- internal layout -------------------------------------------------------------------
+    def init(self, system, state):
+        if self._fast(system):
+            return soa.to_carry(*system.split(state))
+        return state
+
+    def finalize(self, system, carry):
+        if self._fast(system):
+            return system.make_state(*soa.from_carry(carry))
+        return carry
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        carry, stats = self.advance(system, self.init(system, state), dt, control, t)
+        return self.finalize(system, carry), stats
+
+    def _check(self, res, mu1):
+        if self.on_failure == "raise":
+            tol = self.tol if self.tol is not None else 1e3 * float(jnp.finfo(res.dtype).eps)
+            msg = "LGVI: the implicit step did not converge (relative residual > tol); reduce dt or raise newton_iters"
+            mu1 = eqx.error_if(mu1, ~(res <= tol), msg)
+        return mu1
+
+    def advance(self, system, carry, dt, control=None, t=0.0):
+        if self._fast(system):
+            return self._advance_so3(system, carry, dt, control, t)
+        return self._advance_generic(system, carry, dt, control, t)
+
+    # --- generic group --------------------------------------------------------------------
+    def solve_legendre(self, system, b, h):
+        """Solve the discrete Legendre transform for ``xi`` given ``b``: ``(xi, relative residual)``."""
+        G = system.group
+        I = system.inertia_matrix()
+        Iinv = jnp.linalg.inv(I)  # unbatched under vmap: shared by the batch
+        rhs = b + 0.5 * h * G.coad(Iinv @ b, b)  # second-order predictor
+        xi0 = Iinv @ rhs
+        residual = _GroupResidual(G, self.retraction)
+        xi, r = newton_solve(
+            residual, xi0, (I, b, h), iters=self.newton_iters, jac_solve=dense_jac_solve(residual)
+        )
+        return xi, _relative(r, b)
+
+    def _forces(self, system, g, mu, control, t):
+        """``(M + u, F)``: conservative + control force, and the non-conservative force (or None)."""
+        f = system.potential_force(g) if system.has_potential else jnp.zeros_like(mu)
+        if control is not None:
+            f = f + control
+        return f, system.external_force(t, g, mu)
+
+    def _end_forces(self, system, g1, mu1, F0, control, t1, h):
+        """Add ``h/2 (M_{k+1} + u_k + F_{k+1})`` to ``mu1 = Ad_f^T b``.
+
+        A velocity-dependent force makes the exact discrete Lagrange–d'Alembert update implicit;
+        we evaluate ``F_{k+1}`` at the predicted momentum ``mu1 + h/2 (M_{k+1} + u_k + F_k)``
+        (one explicit Heun-type correction), which keeps the method second order."""
+        if system.has_potential:
+            mu1 = mu1 + 0.5 * h * system.potential_force(g1)
+        if control is not None:
+            mu1 = mu1 + 0.5 * h * control
+        if F0 is not None:
+            F1 = system.external_force(t1, g1, mu1 + 0.5 * h * F0)
+            mu1 = mu1 + 0.5 * h * F1
+        return mu1
+
+    def _advance_generic(self, system, state, dt, control, t):
+        G = system.group
+        g, mu = system.split(state)
+        h = jnp.asarray(dt, mu.dtype)
+        f0, F0 = self._forces(system, g, mu, control, t)
+        b = mu + 0.5 * h * (f0 if F0 is None else f0 + F0)
+        xi, res = self.solve_legendre(system, b, h)
+        f = self.retract(G, h * xi)
+        g1 = G.compose(g, f)
+        mu1 = self._end_forces(system, g1, _mT(G.Ad(f)) @ b, F0, control, t + h, h)
+        return system.make_state(g1, self._check(res, mu1)), StepStats(residual=res)
+
+    # --- SO(3), Cayley: struct-of-arrays kernel ------------------------------------------------
+    def _advance_so3(self, system, carry, dt, control, t):
+        R, Pi = soa.split(carry)
+        dtype = carry.dtype
+        h = jnp.asarray(dt, dtype)
+        I = soa.inertia_entries(system.inertia_matrix(), getattr(system, "principal_axes", False))
+        needs_R = system.has_potential or getattr(system, "force", None) is not None
+
+        F0 = None
+        if needs_R:
+            Rm, Pm = soa.pack((R, Pi))
+            f0, F0 = self._forces(system, Rm, Pm, control, t)
+            f0 = f0 if F0 is None else f0 + F0
+            b = tuple(Pi[i] + 0.5 * h * f0[i] for i in range(3))
+        elif control is not None:
+            b = tuple(Pi[i] + 0.5 * h * control[i] for i in range(3))
+        else:
+            b = Pi
+        x0 = soa.cayley_predictor(I, b, h)
+        x, r = newton_solve(
+            soa.cayley_residual,
+            x0,
+            (I, b, h),
+            iters=self.newton_iters,
+            jac_solve=soa.cayley_jac_solve,
+        )
+        F = soa.cay_matrix(tuple(h * xi for xi in x))
+        R1 = soa.matmul(R, F)
+        if soa.needs_reorthonormalization(self.reorthonormalize, dtype):
+            R1 = soa.bjorck(R1)
+        Pi1 = soa.matT_vec(F, b)
+        if needs_R or control is not None:
+            Rm = soa.pack((R1, Pi1))[0] if needs_R else None
+            Pi1 = soa.as_tuple3(self._end_forces(system, Rm, jnp.stack(Pi1), F0, control, t + h, h))
+        scale = (
+            jnp.maximum(jnp.maximum(jnp.abs(b[0]), jnp.abs(b[1])), jnp.abs(b[2]))
+            + jnp.finfo(dtype).tiny
+        )
+        res = jnp.maximum(jnp.maximum(jnp.abs(r[0]), jnp.abs(r[1])), jnp.abs(r[2])) / scale
+        out = soa.join(R1, Pi1)
+        if self.on_failure == "raise":
+            out = self._check(res, out)
+        return out, StepStats(residual=res)
