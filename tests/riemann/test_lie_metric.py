@@ -172,3 +172,25 @@ def test_errors():
     L = LeftInvariantMetric(gj.SE3, np.ones(6))
     with pytest.raises(ValueError, match="'xi' must have shape \\(6,\\)"):
         L.euler_poincare(np.ones(3))
+
+
+def test_coordinate_geodesic_matches_the_lgvi():
+    """The LGVI (a discrete Euler–Poincaré flow with its own code path, second order) lands on the
+    geodesic computed here from the coordinate Christoffel symbols, to its O(dt²) error."""
+    G = gj.SE3  # the generic Euler–Poincaré path, full 6×6 inertia
+    I = random_inertia(G.dim, 7)
+    rng = np.random.default_rng(13)
+    q0 = 0.2 * rng.standard_normal(G.dim)
+    qd0 = 0.5 * rng.standard_normal(G.dim)
+    T = 1.0
+    co = solve_ivp(
+        lambda t, y: np.asarray(_coord_rhs(G, I, y)), (0, T), np.concatenate([q0, qd0]),
+        method="DOP853", rtol=1e-12, atol=1e-12,
+    )  # fmt: skip
+    g_ref = np.asarray(G.exp(co.y[: G.dim, -1]))
+    system = gj.EulerPoincareSystem(G, I)
+    s0 = gj.LieGroupState(G.exp(q0), jnp.asarray(I @ np.asarray(G.jac_right(q0) @ qd0)))
+    steps = 200
+    sol = gj.simulate(system, gj.LGVI(), s0, T / steps, steps, save_every=steps)
+    err = np.abs(np.asarray(sol.final_state.g) - g_ref).max()
+    assert err < 1e-5 * np.abs(g_ref).max()  # O(dt²) with dt² = 2.5e-5 (measured 5.8e-6)
