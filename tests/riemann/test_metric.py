@@ -274,6 +274,11 @@ def test_geodesics_of_the_sphere_are_great_circles():
 # batching, float32, errors
 
 
+_torus_G_and_acc = jax.jit(
+    lambda q, v: (christoffel(torus_metric, q), geodesic_acceleration(torus_metric, q, v))
+)
+
+
 def test_vmap_and_jit_match_single_calls():
     rng = np.random.default_rng(3)
     qs = np.stack([rng.uniform(0.3, 2.8, 6), rng.uniform(-3, 3, 6)], -1)
@@ -284,11 +289,6 @@ def test_vmap_and_jit_match_single_calls():
         np.testing.assert_allclose(
             out[i], geodesic_acceleration(torus_metric, qs[i], vs[i]), atol=1e-13
         )
-
-
-_torus_G_and_acc = jax.jit(
-    lambda q, v: (christoffel(torus_metric, q), geodesic_acceleration(torus_metric, q, v))
-)
 
 
 def test_float32():

@@ -361,14 +361,12 @@ def test_unit_covariance_and_gradient_wrt_masses():
         np.testing.assert_allclose(Rs, R * M * L / T**2, rtol=1e-10, atol=1e-12 * M * L / T**2)
     bs = RigidSystem(m * 4.0, ref * 2.0)
     np.testing.assert_allclose(bs.inertia_tensor, 16.0 * np.asarray(b.inertia_tensor), rtol=1e-13)
-    # d R / d masses: forward mode, reverse mode and central differences
+    # d R / d masses: forward mode against central differences
     f = lambda mm: _reaction_of(mm, ref, x, v, F)  # noqa: E731
     Jf = jax.jacfwd(f)(jnp.asarray(m))
-    Jr = jax.jacrev(f)(jnp.asarray(m))
     h = 1e-6
     Jfd = np.stack([(f(m + h * e) - f(m - h * e)) / (2 * h) for e in np.eye(4)], -1)
     np.testing.assert_allclose(Jf, Jfd, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(Jr, Jf, atol=1e-12)
 
 
 def test_float32():
