@@ -139,9 +139,10 @@ class ParticleSystem(eqx.Module):
     def _m(self, x):
         return self.masses.astype(x.dtype)
 
-    def center_of_mass(self, x) -> jax.Array:
-        """``p_0 = Σ μ_i x_i`` (the unique point with ``Σ μ_i (x_i − p_0) = 0``)."""
-        chk, (x,) = self._start("center_of_mass", x=x)
+    def center_of_mass_at(self, x) -> jax.Array:
+        """Centre of mass of the configuration ``x``: ``p_0 = Σ μ_i x_i`` (the unique point with
+        ``Σ μ_i (x_i − p_0) = 0``), shape ``(3,)`` (or ``(d,)``)."""
+        chk, (x,) = self._start("center_of_mass_at", x=x)
         return chk.done(self._w(x) @ x)
 
     def split_positions(self, x) -> tuple[jax.Array, jax.Array]:
@@ -284,8 +285,9 @@ class RigidSystem(ParticleSystem):
         return self.total_mass
 
     @property
-    def center_of_mass_reference(self) -> jax.Array:
-        """Centre of mass of the reference configuration, ``(3,)``."""
+    def center_of_mass(self) -> jax.Array:
+        """Centre of mass of the reference configuration (body frame), ``(3,)``; for a current
+        configuration ``x`` use :meth:`center_of_mass_at`."""
         return self._w(self.reference_positions) @ self.reference_positions
 
     @property
