@@ -1,7 +1,8 @@
 """geomjax: differentiable geometric mechanics in JAX.
 
 Lie groups (:mod:`geomjax.lie`), mechanical systems (:mod:`geomjax.systems`), structure-preserving
-integrators and the :func:`simulate` driver (:mod:`geomjax.integrators`).
+integrators and the :func:`simulate` driver (:mod:`geomjax.integrators`), Riemannian geometry,
+holonomic constraints and rigid systems of particles (:mod:`geomjax.riemann`).
 
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
@@ -10,7 +11,7 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from . import integrators, lie, systems
+from . import integrators, lie, riemann, systems
 from .integrators import (
     LGVI,
     RKMK4,
@@ -51,6 +52,7 @@ __all__ = [
     "integrators",
     "lie",
     "load_solution",
+    "riemann",
     "simulate",
     "step",
     "systems",

@@ -1,0 +1,178 @@
+"""Input validation shared by the Riemannian / constraint layer.
+
+Shapes are static, so shape errors are raised as ``ValueError`` (naming the argument and what was
+expected) in eager mode and under ``jit`` alike.  Value checks (finiteness, positivity, positive
+definiteness) raise ``ValueError`` eagerly; when the value is traced (inside ``jit``, ``vmap``,
+``grad``) they are compiled with :func:`equinox.error_if` / :func:`equinox.branched_error_if`,
+which raise ``EquinoxRuntimeError`` when the program runs.  Constructors use the ``check_*``
+functions (one check per parameter, once); the per-call methods use a :class:`Checker`, which
+merges all the value checks of a call into a single runtime check (each ``error_if`` is a host
+callback that costs compile time).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..lie._math import as_float
+
+__all__ = [
+    "Checker",
+    "check_finite",
+    "check_positive",
+    "check_spd",
+    "cho_solve",
+    "is_traced",
+]
+
+
+def is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _fail(x, bad, msg: str):
+    """Raise ``ValueError(msg)`` eagerly, or attach an ``equinox.error_if`` when traced."""
+    if is_traced(bad) or is_traced(x):
+        return eqx.error_if(x, bad, msg)
+    if bool(bad):
+        raise ValueError(msg)
+    return x
+
+
+def check_finite(x, name: str, where: str):
+    x = as_float(x)
+    bad = ~jnp.all(jnp.isfinite(x))
+    return _fail(x, bad, f"{where}: argument '{name}' must be finite (it contains NaN or inf)")
+
+
+def check_positive(x, name: str, where: str):
+    """Finite and strictly positive (every entry)."""
+    x = check_finite(x, name, where)
+    bad = ~jnp.all(x > 0)
+    return _fail(x, bad, f"{where}: argument '{name}' must be strictly positive, got {_show(x)}")
+
+
+def _spd_defect(M):
+    """Relative asymmetry and whether the Cholesky factor exists (is finite)."""
+    scale = jnp.max(jnp.abs(M)) + jnp.finfo(M.dtype).tiny
+    asym = jnp.max(jnp.abs(M - M.T)) / scale
+    L = jnp.linalg.cholesky(0.5 * (M + M.T))
+    return asym, L
+
+
+def check_spd(M, name: str, where: str, tol: float | None = None):
+    """Finite, symmetric (to ``tol``, relative) and positive definite (Cholesky exists)."""
+    M = check_finite(M, name, where)
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise ValueError(
+            f"{where}: argument '{name}' must be a square matrix, got shape {tuple(M.shape)}"
+        )
+    tol = float(np.sqrt(np.finfo(M.dtype).eps)) if tol is None else tol
+    asym, L = _spd_defect(M)
+    bad = (asym > tol) | ~jnp.all(jnp.isfinite(L))
+    return _fail(
+        M, bad, f"{where}: argument '{name}' must be symmetric positive definite, got {_show(M)}"
+    )
+
+
+def cho_solve(G, b):
+    """Unchecked Cholesky solve (for matrices validated elsewhere)."""
+    return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(G), True), b)
+
+
+class Checker:
+    """The value checks of one public call.
+
+    Eagerly, every failed check raises a ``ValueError`` at once.  When the values are traced, the
+    predicates are collected and :meth:`done` attaches a *single*
+    :func:`equinox.branched_error_if` to the output (raising the message of the first failed
+    check when the program runs): one runtime check per call rather than one per argument, which
+    keeps compile times low.  Shape errors are always raised at trace time.
+    """
+
+    def __init__(self, where: str):
+        self.where = where
+        self.preds: list = []
+        self.msgs: list[str] = []
+
+    def add(self, bad, msg: str) -> None:
+        if is_traced(bad):
+            self.preds.append(jnp.asarray(bad))
+            self.msgs.append(msg)
+        elif bool(bad):
+            raise ValueError(msg)
+
+    def shape_error(self, name: str, want: str, x) -> ValueError:
+        return ValueError(
+            f"{self.where}: argument '{name}' must have shape {want}, got {tuple(x.shape)}"
+        )
+
+    def finite(self, x, name: str):
+        x = as_float(x)
+        self.add(
+            ~jnp.all(jnp.isfinite(x)),
+            f"{self.where}: argument '{name}' must be finite (it contains NaN or inf)",
+        )
+        return x
+
+    def vector(self, x, name: str, n: int | None = None):
+        """``x`` as a finite float vector of shape ``(n,)`` (any length if ``n`` is None)."""
+        x = as_float(x)
+        if x.ndim != 1 or (n is not None and x.shape[0] != n):
+            raise self.shape_error(name, f"({n},)" if n is not None else "(n,)", x)
+        return self.finite(x, name)
+
+    def array(self, x, name: str, shape: tuple[int, ...]):
+        x = as_float(x)
+        if tuple(x.shape) != tuple(shape):
+            raise self.shape_error(name, str(tuple(shape)), x)
+        return self.finite(x, name)
+
+    def scalar(self, x, name: str):
+        x = as_float(x)
+        if x.ndim != 0:
+            raise ValueError(
+                f"{self.where}: argument '{name}' must be a scalar, got shape {tuple(x.shape)}"
+            )
+        return self.finite(x, name)
+
+    def positive(self, x, name: str):
+        x = self.finite(x, name)
+        self.add(~jnp.all(x > 0), f"{self.where}: argument '{name}' must be strictly positive")
+        return x
+
+    def solve(self, G, b, name: str):
+        """``G⁻¹ b`` by Cholesky; a ``G`` that is not positive definite is reported as ``name``."""
+        L = jnp.linalg.cholesky(G)
+        self.add(
+            ~jnp.all(jnp.isfinite(L)),
+            f"{self.where}: '{name}' is not positive definite at this point (degenerate metric "
+            "or dependent constraints)",
+        )
+        return jax.scipy.linalg.cho_solve((L, True), b)
+
+    def inverse(self, G, name: str):
+        """``G⁻¹`` of an SPD matrix by Cholesky (checked like :meth:`solve`).
+
+        Used instead of a solve with ``n²`` right-hand sides (Christoffel symbols): XLA's batched
+        triangular solves with many right-hand sides are several times slower on CPU than forming
+        the inverse once and contracting with ``einsum``.
+        """
+        return self.solve(G, jnp.eye(G.shape[-1], dtype=G.dtype), name)
+
+    def done(self, out):
+        """Attach the collected runtime checks (if any) to ``out``."""
+        if not self.preds:
+            return out
+        preds = jnp.stack([jnp.any(p) for p in self.preds])
+        return eqx.branched_error_if(out, jnp.any(preds), jnp.argmax(preds), tuple(self.msgs))
+
+
+def _show(x) -> str:
+    if is_traced(x):
+        return f"a traced array of shape {tuple(x.shape)}"
+    a = np.asarray(x)
+    return np.array2string(a, precision=4, threshold=12) if a.size <= 12 else f"shape {a.shape}"
