@@ -160,6 +160,10 @@ class _ProjectionResidual(eqx.Module):
         return jnp.concatenate([r1, system.constraint(g1, x1, v, t1)])
 
 
+def _solve(residual, x0, args, iters):
+    return newton_solve(residual, x0, args, iters=iters, jac_solve=dense_jac_solve(residual))
+
+
 def _max_abs(a):
     return jnp.max(jnp.abs(a), initial=0.0)
 
@@ -227,12 +231,11 @@ class NonholonomicVI(AbstractMethod):
         if control is not None:
             p0 = p0 + 0.5 * h * control
         res1 = _StepResidual(static, self.retraction)
-        z, r1 = newton_solve(
+        z, r1 = _solve(
             res1,
             jnp.concatenate([v, 0.5 * h * state.lam]),  # the carried lam only seeds Newton
             (params, g, x, p0, A0, h, t),
-            iters=self.newton_iters,
-            jac_solve=dense_jac_solve(res1),
+            self.newton_iters,
         )
         w, Lam_a = z[:k], z[k:]
         # 2. new configuration and the momentum arriving at it
@@ -243,12 +246,8 @@ class NonholonomicVI(AbstractMethod):
         # 3. node velocity and multipliers lam_b (constraint imposed at the new node)
         t1 = t + h
         res2 = _ProjectionResidual(static)
-        z, r2 = newton_solve(
-            res2,
-            jnp.concatenate([w, Lam_a]),
-            (params, g1, x1, p_minus, t1),
-            iters=self.projection_iters,
-            jac_solve=dense_jac_solve(res2),
+        z, r2 = _solve(
+            res2, jnp.concatenate([w, Lam_a]), (params, g1, x1, p_minus, t1), self.projection_iters
         )
         v1, Lam_b = z[:k], z[k:]
 

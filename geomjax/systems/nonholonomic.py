@@ -385,13 +385,15 @@ class AbstractNonholonomicSystem(AbstractSystem):
         return out
 
 
+@eqx.filter_jit
 def momentum_equation(system: AbstractNonholonomicSystem, solution, zeta) -> dict:
     """The nonholonomic momentum equation along a saved trajectory.
 
     Returns a dict of ``(T,)`` arrays: ``"J"`` the momentum ``J(t_k)``, ``"rate"`` the right-hand
     side ``<m, d zeta/dt>`` and ``"predicted"`` ``J(t_0) + ∫ rate dt`` (trapezoidal rule on the
     saved times).  ``J − predicted`` is ``O(dt_save²)`` along an accurate solution, and exactly 0
-    for a constant ``zeta`` spanning a horizontal symmetry (then ``rate ≡ 0``)."""
+    for a constant ``zeta`` spanning a horizontal symmetry (then ``rate ≡ 0``).  Jitted (``zeta``
+    is static: pass the same function object to reuse the compilation)."""
     states, ts = solution.states, solution.ts
     J = jax.vmap(lambda s: system.nonholonomic_momentum(s, zeta))(states)
     rate = jax.vmap(lambda s, t: system.momentum_equation_rate(s, zeta, t))(states, ts)
