@@ -12,6 +12,7 @@ from pathlib import Path
 BENCHMARKS = {
     "lie": "bench_lie.py",
     "rigid-body": "bench_rigid_body.py",
+    "nonholonomic": "bench_nonholonomic.py",
 }
 
 

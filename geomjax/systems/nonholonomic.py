@@ -366,7 +366,8 @@ class AbstractNonholonomicSystem(AbstractSystem):
     time_aware: ClassVar[bool] = True
 
     def invariants(self, state, t=0.0) -> dict[str, jax.Array]:
-        """System-specific first integrals and closed-form quantities (empty by default)."""
+        """System-specific first integrals and quantities with closed forms, by name (empty by
+        default); included in :meth:`diagnostics`."""
         return {}
 
     def diagnostics(self, state, t=0.0) -> dict[str, jax.Array]:

@@ -29,7 +29,9 @@ __all__ = [
     "BallOnTurntable",
     "ChaplyginSleigh",
     "ChaplyginSphere",
+    "PlanarCoordinates",
     "RollingDisk",
+    "SleighCoordinates",
     "SuslovProblem",
     "VerticalRollingDisk",
 ]
@@ -125,7 +127,8 @@ class ChaplyginSleigh(AbstractNonholonomicSystem):
         return self.make_state(g, None, xi.astype(jnp.result_type(g, xi)))
 
     def closed_form(self, t, omega0, v0, theta0=0.0):
-        """``(omega(t), v(t), theta(t))`` from the formulas above (``t`` any shape)."""
+        """``(omega(t), v(t), theta(t))`` from the formulas above (``t`` any shape; ``omega0 ≠ 0``
+        — for ``omega0 = 0`` the sleigh moves uniformly on a straight line)."""
         m, J, a = self.mass, self.inertia + self.mass * self.a**2, self.a
         V = jnp.sqrt((J * omega0**2 + m * v0**2) / m)
         c = m * a / J
@@ -138,6 +141,7 @@ class ChaplyginSleigh(AbstractNonholonomicSystem):
         return omega, v, theta
 
     def invariants(self, state, t=0.0):
+        # not invariants: the body velocities with closed forms (``closed_form``)
         xi = state.v
         return {"omega": xi[0], "forward_speed": xi[1]}
 
@@ -464,11 +468,13 @@ class ChaplyginSphere(BallOnTurntable):
             centre.
 
     Invariants: the energy ``½ m |x'|² + ½ Omega^T I Omega`` and the angular momentum about the
-    contact point, ``M = R I Omega + m a² e3 × (omega × e3)`` (constant in space: the contact force
-    has no moment about the contact point, and that point moves parallel to the linear momentum);
-    hence also ``|M|²`` and ``<M, gamma>``... with ``gamma = e3`` the vertical spin component
-    ``M_z = (R I Omega)_z`` — a horizontal symmetry of the left SO(3) action, conserved by the
-    integrator to round-off.
+    contact point, ``M = R I Omega + m a² e3 × (omega × e3)`` (``omega = R Omega``), constant in
+    space: the contact force has no moment about the contact point, gravity acts along the
+    vertical through it, and the point moves parallel to the linear momentum.  Its vertical
+    component ``M_z = (R I Omega)_z`` is the momentum of a horizontal symmetry (rotations about
+    the vertical, ``zeta = e3`` in ``g^q``), conserved by :class:`~geomjax.NonholonomicVI` to
+    round-off; the horizontal components are observed to be conserved to round-off as well
+    (``tests/nonholonomic``).
     """
 
     def __init__(self, mass=1.0, radius=1.0, inertia=(0.3, 0.4, 0.5)):
@@ -486,11 +492,10 @@ class ChaplyginSphere(BallOnTurntable):
         return self.inertia
 
     def invariants(self, state, t=0.0):
-        R, Om, xd = state.g, state.v[:3], state.v[3:]
+        R, Om = state.g, state.v[:3]
         omega = R @ Om
         e3 = jnp.array([0.0, 0.0, 1.0], omega.dtype)
         M = R @ (self.inertia @ Om) + self.mass * self.radius**2 * (omega - omega[2] * e3)
-        del xd
         return {"contact_angular_momentum": M}
 
 
@@ -600,9 +605,6 @@ class RollingDisk(AbstractNonholonomicSystem):
         c3 = _rz(phi) @ jnp.stack([jnp.zeros_like(th), -jnp.sin(th), jnp.cos(th)])
         return jnp.stack([state.g[0, 2], state.g[1, 2], jnp.zeros_like(th)]) + self.radius * c3
 
-    def invariants(self, state, t=0.0):
-        return {"tilt": state.x[0], "spin": state.v[4] + state.v[0] * jnp.sin(state.x[0])}
-
 
 def _rz(a):
     c, s = jnp.cos(a), jnp.sin(a)
@@ -634,11 +636,11 @@ class SuslovProblem(AbstractNonholonomicSystem):
         inertia: principal moments ``(3,)`` or SPD ``(3, 3)``; a: constraint vector ``(3,)``
             (body frame, nonzero).
 
-    Energy ``½ Omega^T I Omega`` is conserved.  If ``a`` is an eigenvector of ``I`` the
-    constrained body rotates uniformly about any admissible axis it starts with
-    (``I Omega × Omega`` is then normal to the constraint plane only for eigen-axes...); in
-    general, with ``a = e3`` and ``I13, I23 ≠ 0``, every motion tends asymptotically to a steady
-    rotation (the sleigh-like behaviour of Fedorov & Zenkov).
+    Energy ``½ Omega^T I Omega`` is conserved (the constraint is linear and left-invariant).  If
+    ``a`` is an eigenvector of ``I``, then ``I`` maps the plane ``a^⊥`` to itself, ``I Omega × Omega``
+    is parallel to ``a`` and is cancelled by the constraint force: ``Omega`` is constant (uniform
+    rotation about any admissible axis).  Otherwise the motions tend asymptotically to steady
+    rotations, like the Chaplygin sleigh (Fedorov & Zenkov 2005 discuss the analogy).
     """
 
     inertia: jax.Array
