@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import lie, rigid_body
+from . import lie, nonholonomic, rigid_body
 
 #: section name -> module with ``run(out: Path, fast: bool) -> list[Check]``
 SECTIONS = {
     "lie": lie,
     "rigid-body": rigid_body,
+    "nonholonomic": nonholonomic,
 }
 
 
