@@ -216,7 +216,10 @@ class NonholonomicVI(AbstractMethod):
         """One step with its internals: ``(new_state, relative_residual, info)`` where ``info``
         holds the step velocity ``w``, the start-of-step multiplier ``lam_a`` (constraint impulse
         ``h/2 A(q_k)^T lam_a`` at ``q_k``), the end-of-step one ``lam_b`` (at ``q_{k+1}``) and the
-        discrete momenta ``p_plus`` (``= p_k^+``) and ``p_minus`` (``= p_{k+1}^-``)."""
+        discrete Legendre transforms ``p_plus = −D_1 L_d(q_k, q_{k+1})`` and
+        ``p_minus = D_2 L_d(q_k, q_{k+1})`` (without the control impulses ``h/2 u``; for a
+        G-invariant Lagrangian ``Ad_{g_k^{-1}}^T p_plus[:d] = Ad_{g_{k+1}^{-1}}^T p_minus[:d]``, the
+        discrete momentum map ``m_k^+`` of the module docstring)."""
         g, x, v = state.g, state.x, state.v
         dtype = v.dtype
         h = jnp.asarray(dt, dtype)
@@ -240,14 +243,12 @@ class NonholonomicVI(AbstractMethod):
         w, Lam_a = z[:k], z[k:]
         # 2. new configuration and the momentum arriving at it
         p_plus, p_minus, g1, x1 = discrete_momenta(system, g, x, w, h, self.retraction)
-        if control is not None:
-            p_plus = p_plus - 0.5 * h * control
-            p_minus = p_minus + 0.5 * h * control
+        p_arrive = p_minus if control is None else p_minus + 0.5 * h * control
         # 3. node velocity and multipliers lam_b (constraint imposed at the new node)
         t1 = t + h
         res2 = _ProjectionResidual(static)
         z, r2 = _solve(
-            res2, jnp.concatenate([w, Lam_a]), (params, g1, x1, p_minus, t1), self.projection_iters
+            res2, jnp.concatenate([w, Lam_a]), (params, g1, x1, p_arrive, t1), self.projection_iters
         )
         v1, Lam_b = z[:k], z[k:]
 
@@ -256,7 +257,9 @@ class NonholonomicVI(AbstractMethod):
         c_scale1 = _max_abs(A1) * _max_abs(v1) + _max_abs(system.constraint_rhs(g1, x1, t1)) + tiny
         res = jnp.maximum(
             jnp.maximum(_max_abs(r1[:k]) / (_max_abs(p0) + tiny), _max_abs(r1[k:]) / c_scale0),
-            jnp.maximum(_max_abs(r2[:k]) / (_max_abs(p_minus) + tiny), _max_abs(r2[k:]) / c_scale1),
+            jnp.maximum(
+                _max_abs(r2[:k]) / (_max_abs(p_arrive) + tiny), _max_abs(r2[k:]) / c_scale1
+            ),
         )
         info = {
             "w": w,

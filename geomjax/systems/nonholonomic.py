@@ -102,10 +102,11 @@ class NonholonomicState(eqx.Module):
         v: velocity ``(d + n,)`` = (body velocity ``xi = g^{-1} dg/dt``, ``dx/dt``); it satisfies
             the constraints ``A(q) v = b(q, t)``.
         lam: multipliers ``(m,)``: the constraint force at this instant is ``A(q)^T lam`` (a
-            generalized force dual to ``v``; for rolling contacts, the tangential contact force
-            in the coordinates of the constraint function).  The integrator carries it (it is
-            the node value of the discrete Lagrange–d'Alembert scheme); build consistent initial
-            states with :meth:`AbstractNonholonomicSystem.make_state`.
+            generalized force dual to ``v``; e.g. the horizontal contact force of a rolling ball,
+            the lateral blade force of a sleigh).  It is the continuous Lagrange–d'Alembert
+            multiplier at ``(q, v, t)``: :meth:`AbstractNonholonomicSystem.make_state` and
+            :class:`~geomjax.NonholonomicVI` compute it (the integrator uses it only to seed its
+            Newton solve, so a state with a rough ``lam`` still integrates correctly).
     """
 
     g: jax.Array

@@ -76,8 +76,8 @@ class ChaplyginSleigh(AbstractNonholonomicSystem):
         J omega' = −m a v omega,    v' = a omega²,    lam = m (a omega' + omega v)
 
     (``lam``: lateral force of the blade).  Energy ``E = ½ (J omega² + m v²)`` is conserved and,
-    with ``V = sqrt(2E/m)``, ``c = m a/J``, ``s0 = artanh(v0/V)`` (Bloch 2003, §1.7; Neimark &
-    Fufaev 1972):
+    with ``V = sqrt(2E/m)``, ``c = m a/J``, ``s0 = artanh(v0/V)`` (Bloch, *Nonholonomic Mechanics and
+    Control*, 2003, ch. 1; Neimark & Fufaev 1972):
 
         v(t) = V tanh(c V t + s0),    omega(t) = omega0 cosh(s0) / cosh(c V t + s0),
         theta(t) = theta0 + omega0 cosh(s0) (gd(c V t + s0) − gd(s0)) / (c V)
@@ -256,7 +256,7 @@ class PlanarCoordinates(AbstractNonholonomicSystem):
 
 # ================================================================================================
 class VerticalRollingDisk(AbstractNonholonomicSystem):
-    """A disk rolling upright on the plane (seed 004 §5.1; Bloch 2003 §1.4).
+    """A disk rolling upright on the plane (seed 004 §5.1; Bloch 2003, ch. 1).
 
     Arguments:
         mass: ``m``; radius: ``R``; inertia: ``I`` about the rolling (symmetry) axis;
@@ -355,8 +355,8 @@ def _spatial_omega(R, Omega):
 
 class BallOnTurntable(AbstractNonholonomicSystem):
     """A ball rolling without slipping on a turntable rotating about the vertical through the
-    origin with rate ``Omega(t) = table_rate + table_acceleration · t`` (seed 004 §5.2; Bloch 2003
-    §1.7; Neimark & Fufaev 1972).
+    origin with rate ``Omega(t) = table_rate + table_acceleration · t`` (seed 004 §5.2; Bloch 2003,
+    ch. 1; Neimark & Fufaev 1972).
 
     Arguments:
         mass: ``m``; radius: ``a``; inertia: moment of inertia ``I`` about any diameter (an
@@ -627,8 +627,8 @@ def _ry(a):
 # ================================================================================================
 class SuslovProblem(AbstractNonholonomicSystem):
     """Suslov's problem: a rigid body about a fixed point whose body angular velocity is
-    constrained to the plane ``<a, Omega> = 0`` (Suslov 1902; Fedorov & Zenkov 2005; Bloch 2003
-    §1.5) — the prototype Euler–Poincaré–Suslov system on SO(3):
+    constrained to the plane ``<a, Omega> = 0`` (Suslov 1902; Fedorov & Zenkov 2005; Bloch 2003,
+    ch. 1) — the prototype Euler–Poincaré–Suslov system on SO(3):
 
         I Omega' = I Omega × Omega + lam a,    <a, Omega> = 0.
 

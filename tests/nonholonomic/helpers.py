@@ -13,8 +13,9 @@ NSAVE = 100
 
 
 @eqx.filter_jit
-def trajectory(system, method, state0, dt, every):
-    """``NSAVE`` blocks of ``every`` steps (``every`` and ``dt`` dynamic).
+def trajectory(system, method, state0, dt, every, control=None):
+    """``NSAVE`` blocks of ``every`` steps (``every`` and ``dt`` dynamic; ``control`` an optional
+    constant generalized force).
 
     Returns a dict: ``states`` (``NSAVE + 1`` saved states, the initial one included), ``ts``,
     ``diag`` (``system.diagnostics`` at the saved states), ``residual`` (max per block) and, for
@@ -27,7 +28,7 @@ def trajectory(system, method, state0, dt, every):
 
         def body(i, c):
             s, t, worst, first, _ = c
-            s1, res, info = method.solve_step(system, s, dt, None, t)
+            s1, res, info = method.solve_step(system, s, dt, control, t)
             keep = i == 0
             first = jax.tree_util.tree_map(
                 lambda new, old: jnp.where(keep, new, old),
@@ -59,11 +60,11 @@ def trajectory(system, method, state0, dt, every):
     }
 
 
-def run(system, method, state0, T, dt):
+def run(system, method, state0, T, dt, control=None):
     """:func:`trajectory` over ``[0, T]`` with step ``dt`` (``T / dt`` a multiple of NSAVE)."""
     steps = round(T / dt)
     assert steps % NSAVE == 0 and abs(steps * dt - T) < 1e-9 * T, (T, dt)
-    return trajectory(system, method, state0, jnp.asarray(dt), jnp.asarray(steps // NSAVE))
+    return trajectory(system, method, state0, jnp.asarray(dt), jnp.asarray(steps // NSAVE), control)
 
 
 def fitted_order(dts, errs):

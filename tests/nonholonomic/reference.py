@@ -36,12 +36,22 @@ def solve(rhs, y0, T, t_eval=None, rtol=1e-12, atol=1e-12):
 # Chaplygin sleigh: J omega' = −m a v omega, v' = a omega², x' = v cos θ, y' = v sin θ, θ' = omega
 
 
-def sleigh_rhs(m, Ic, a):
+def sleigh_rhs(m, Ic, a, torque=0.0, force=0.0):
+    """With a body torque and a force along the blade: J w' = −m a v w + torque,
+    m v' = m a w² + force (the Euler–Poincaré–Suslov components along the turn and the blade)."""
     J = Ic + m * a * a
 
     def rhs(t, y):
         _, _, th, om, v = y
-        return jnp.stack([v * jnp.cos(th), v * jnp.sin(th), om, -m * a * v * om / J, a * om * om])
+        return jnp.stack(
+            [
+                v * jnp.cos(th),
+                v * jnp.sin(th),
+                om,
+                (-m * a * v * om + torque) / J,
+                a * om * om + force / m,
+            ]
+        )
 
     return rhs
 

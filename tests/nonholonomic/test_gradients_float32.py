@@ -1,15 +1,19 @@
 """Gradients through the discrete Lagrange–d'Alembert integrator (implicit-function-theorem
-derivatives of both Newton solves) against central finite differences, and a float32 run."""
+derivatives of both Newton solves) against central finite differences, a float32 run, controls
+and the visibility of unconverged solves."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import geomjax as gj
 from geomjax.integrators.simulate import cast_floating
 from geomjax.systems import ChaplyginSleigh
 
-from .helpers import run
+from .helpers import fitted_order, run
+from .reference import sleigh_rhs, solve
 
 VI = gj.NonholonomicVI()
 
@@ -62,3 +66,46 @@ def test_float32_run():
     om, v, _ = sleigh.closed_form(out["ts"].astype(jnp.float64), 1.5, -0.4)
     np.testing.assert_allclose(s.v[:, 0], om, atol=1e-4)
     np.testing.assert_allclose(s.v[:, 1], v, atol=1e-4)
+
+
+def test_controls_converge_at_second_order():
+    """A constant body torque and a force along the blade (generalized force (tau, f, 0) in
+    se(2)*, trapezoidal impulses) against DOP853 on the forced reduced equations."""
+    m, Ic, a, tau, f = 2.0, 0.5, 0.7, 0.8, -0.3
+    sleigh = ChaplyginSleigh(m, Ic, a)
+    s0 = sleigh.state(0.1, -0.2, 0.3, omega=1.5, v=-0.4)
+    T = 2.0
+    ts = np.linspace(0.0, T, 101)
+    _, ys = solve(sleigh_rhs(m, Ic, a, tau, f), [0.1, -0.2, 0.3, 1.5, -0.4], T, t_eval=ts)
+    u = jnp.array([tau, f, 0.0])
+    dts, errs = (0.02, 0.01, 0.005), []
+    for dt in dts:
+        out = run(sleigh, VI, s0, T, dt, control=u)
+        s = out["states"]
+        xyt = np.asarray(gj.SE2.to_xytheta(s.g))
+        errs.append(
+            max(
+                np.abs(xyt - ys[:, :3]).max(),
+                np.abs(np.asarray(s.v[:, :2]) - ys[:, 3:]).max(),
+            )
+        )
+        assert float(jnp.max(out["diag"]["constraint_violation"])) < 1e-14
+        # the node multiplier includes the control: lam = m (a w' + w v) with w' from the torque
+        om, v = np.asarray(s.v[:, 0]), np.asarray(s.v[:, 1])
+        J = Ic + m * a * a
+        lam = m * a * (-m * a * v * om + tau) / J + m * om * v
+        # (the initial state was built without the control)
+        np.testing.assert_allclose(s.lam[1:, 0], lam[1:], atol=1e-12)
+    assert abs(fitted_order(dts, errs) - 2) < 0.2 and errs[-1] < 1e-4, errs
+
+
+def test_unconverged_solves_are_visible():
+    """One Newton step at a large step size: the relative residual is reported, and
+    on_failure="raise" turns it into an error."""
+    sleigh = ChaplyginSleigh(2.0, 0.5, 0.7)
+    fast = sleigh.state(omega=8.0, v=3.0)
+    step = eqx.filter_jit(lambda method, s: gj.step(sleigh, method, s, 0.3))
+    _, stats = step(gj.NonholonomicVI(newton_iters=1), fast)
+    assert float(stats.residual) > 1e-6
+    with pytest.raises(Exception, match="did not converge"):
+        jax.block_until_ready(step(gj.NonholonomicVI(newton_iters=1, on_failure="raise"), fast))
