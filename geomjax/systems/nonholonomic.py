@@ -13,9 +13,11 @@ Everything else comes from autodiff: ``A = ∂C/∂v``, the momentum ``p = ∂L/
 ``∂²L/∂v²``, the left-trivialized configuration force ``D_q L`` (``<D_g L, eta> = d/dε
 L(g exp(ε eta), x, v)``) and the projection onto the constraint distribution.
 
-Equations of motion: the Lagrange–d'Alembert principle (seed 003, Romano et al., §5: the
-multipliers enter the *momentum* equation; not the vakonomic principle), reduced on the group by
-left trivialization (Euler–Poincaré–Suslov / Lagrange–d'Alembert–Poincaré):
+Equations of motion: the Lagrange–d'Alembert principle (seed 003, Romano et al., §6: for linear,
+possibly nonholonomic constraints with virtual velocities in ``Δ``, the law of motion is
+``∇_v v − g^♯ F ∈ Δ^⊥`` — the reaction is a multiplier force in the *momentum* equation; not the
+vakonomic principle; 003 writes ``L = K + P`` with the load potential ``P = −V``), reduced on the
+group by left trivialization (Euler–Poincaré–Suslov / Lagrange–d'Alembert–Poincaré):
 
     d/dt ∂L/∂xi   = coad(xi, ∂L/∂xi) + D_g L + A_g^T lam + u_g
     d/dt ∂L/∂xdot = ∂L/∂x + A_x^T lam + u_x
