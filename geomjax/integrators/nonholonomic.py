@@ -174,8 +174,9 @@ class NonholonomicVI(AbstractMethod):
 
     The state is a :class:`~geomjax.systems.NonholonomicState` ``(g, x, v, lam)``: the velocity
     satisfies the constraints at every step and ``lam`` are the multipliers at the node
-    (constraint force ``A(q)^T lam``; module docstring).  Controls (``simulate(..., controls=...)``) are generalized forces ``(d + n,)``
-    (body force on the group part), zero-order hold over each step.
+    (constraint force ``A(q)^T lam``; module docstring).  Controls
+    (``simulate(..., controls=...)``) are generalized forces ``(d + n,)`` (a body force on the
+    group part), zero-order hold over each step.
 
     Arguments:
         retraction: ``"cayley"`` (default) or ``"exp"`` (``tau`` in ``g_{k+1} = g_k tau(h xi)``).

@@ -70,6 +70,13 @@ def test_body_velocities_and_multiplier_converge_at_second_order(sleigh_runs, sl
     for e in (errs, lam_errs, pos_errs):
         assert abs(fitted_order(DTS, e) - 2) < 0.2, e
     assert errs[-1] < 1e-3 and lam_errs[-1] < 1e-3 and pos_errs[-1] < 1e-3
+    # the exponential retraction instead of Cayley: also second order, also on the constraint
+    errs_exp = []
+    for dt in DTS[:2]:
+        out = run(SLEIGH, gj.NonholonomicVI(retraction="exp"), S0, T, dt)
+        assert float(jnp.max(out["diag"]["constraint_violation"])) < 1e-14
+        errs_exp.append(np.abs(np.asarray(out["states"].v[:, 0]) - om_ex).max())
+    assert 3.6 < errs_exp[0] / errs_exp[1] < 4.4, errs_exp
 
 
 def test_scheme_multipliers_first_order_and_node_average_second_order(sleigh_runs):
@@ -248,3 +255,15 @@ def test_bad_inputs_raise_clear_errors():
     # make_state(project=True) repairs a velocity off the constraint (kinetic-metric projection)
     s = SLEIGH.make_state(S0.g, None, jnp.array([1.0, 0.5, 0.3]), project=True)
     assert abs(float(s.v[2])) < 1e-15
+
+
+def test_unconverged_solves_are_visible():
+    """One Newton step at a large step size: the relative residual is reported, and
+    on_failure="raise" turns it into an error."""
+    sleigh = ChaplyginSleigh(2.0, 0.5, 0.7)
+    fast = sleigh.state(omega=8.0, v=3.0)
+    step = eqx.filter_jit(lambda method, s: gj.step(sleigh, method, s, 0.3))
+    _, stats = step(gj.NonholonomicVI(newton_iters=1), fast)
+    assert float(stats.residual) > 1e-6
+    with pytest.raises(Exception, match="did not converge"):
+        jax.block_until_ready(step(gj.NonholonomicVI(newton_iters=1, on_failure="raise"), fast))
