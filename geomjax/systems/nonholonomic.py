@@ -156,8 +156,15 @@ class AbstractNonholonomicSystem(AbstractSystem):
 
     # --- derived quantities (autodiff) --------------------------------------------------------
     def _shift(self, g, x, e, dx):
-        """``(g exp(e), x + dx)``: the left-trivialized chart around ``q`` used for derivatives."""
-        return self.group.compose(g, self.group.exp(e)), x + dx
+        """``(g tau(e), x + dx)``: the left-trivialized chart around ``q`` used for derivatives.
+
+        Only first derivatives in ``e`` at ``e = 0`` are ever taken, and every retraction ``tau``
+        with ``tau(0) = e``, ``tau'(0) = id`` gives the same ones; the Cayley map (rational, on the
+        group) is used when the group has one — it traces and compiles much lighter than the
+        exponential's Taylor branches on SO(3)."""
+        G = self.group
+        tau = G.exp if type(G).cay is LieGroup.cay else G.cay
+        return G.compose(g, tau(e)), x + dx
 
     def _zeros_q(self, v):
         d = self.group.dim
