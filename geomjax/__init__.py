@@ -15,6 +15,7 @@ from . import integrators, lie, riemann, systems
 from .integrators import (
     LGVI,
     RKMK4,
+    NonholonomicVI,
     RigidBodySplitting,
     Solution,
     diagnostics,
@@ -23,7 +24,22 @@ from .integrators import (
     step,
 )
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
-from .systems import EulerPoincareSystem, LieGroupState, RigidBody, RigidBodySE3, RigidBodyState
+from .systems import (
+    BallOnTurntable,
+    ChaplyginSleigh,
+    ChaplyginSphere,
+    EulerPoincareSystem,
+    LieGroupState,
+    NonholonomicState,
+    NonholonomicSystem,
+    RigidBody,
+    RigidBodySE3,
+    RigidBodyState,
+    RollingDisk,
+    SuslovProblem,
+    VerticalRollingDisk,
+    momentum_equation,
+)
 
 try:
     __version__ = _version("geomjax")
@@ -37,21 +53,31 @@ __all__ = [
     "SE3",
     "SO2",
     "SO3",
+    "BallOnTurntable",
+    "ChaplyginSleigh",
+    "ChaplyginSphere",
     "EulerPoincareSystem",
     "LieGroup",
     "LieGroupState",
+    "NonholonomicState",
+    "NonholonomicSystem",
+    "NonholonomicVI",
     "RigidBody",
     "RigidBodySE3",
     "RigidBodySplitting",
     "RigidBodyState",
     "Rn",
+    "RollingDisk",
     "Solution",
+    "SuslovProblem",
     "Tn",
+    "VerticalRollingDisk",
     "__version__",
     "diagnostics",
     "integrators",
     "lie",
     "load_solution",
+    "momentum_equation",
     "riemann",
     "simulate",
     "step",

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "lie": "bench_lie.py",
     "rigid-body": "bench_rigid_body.py",
     "riemann": "bench_riemann.py",
+    "nonholonomic": "bench_nonholonomic.py",
 }
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import lie, riemann, rigid_body
+from . import lie, nonholonomic, riemann, rigid_body
 
 #: section name -> module with ``run(out: Path, fast: bool) -> list[Check]``
 SECTIONS = {
     "lie": lie,
     "rigid-body": rigid_body,
     "riemann": riemann,
+    "nonholonomic": nonholonomic,
 }
 
 

@@ -3,6 +3,7 @@
 from .base import AbstractMethod, StepStats
 from .lgvi import LGVI
 from .newton import newton_solve, solve3
+from .nonholonomic import NonholonomicVI
 from .rkmk import RKMK4
 from .simulate import Solution, diagnostics, load_solution, simulate, step
 from .splitting import RigidBodySplitting
@@ -11,6 +12,7 @@ __all__ = [
     "LGVI",
     "RKMK4",
     "AbstractMethod",
+    "NonholonomicVI",
     "RigidBodySplitting",
     "Solution",
     "StepStats",

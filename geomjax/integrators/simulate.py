@@ -219,7 +219,10 @@ def simulate(
             f"simulate: argument 'save_every' must be a positive divisor of steps={steps}, got {save_every!r}"
         )
     if check_inputs and hasattr(system, "check_state"):
-        state0 = system.check_state(state0, "state0")
+        if getattr(system, "time_aware", False):  # time-dependent constraints: check at t0
+            state0 = system.check_state(state0, "state0", t=t0)
+        else:
+            state0 = system.check_state(state0, "state0")
     leaves = jax.tree_util.tree_leaves(state0)
     dtype = jnp.result_type(*leaves)
     # the state's dtype sets the precision: floating parameters of the system follow it
@@ -273,5 +276,10 @@ def simulate(
 
 
 def diagnostics(system, solution: Solution) -> dict[str, jax.Array]:
-    """Energy, momenta, Casimirs and group defect along a solution (time axis first)."""
+    """Energy, momenta, Casimirs and group defect along a solution (time axis first).
+
+    Systems whose diagnostics depend on the time (``system.time_aware``, e.g. nonholonomic
+    systems with moving constraints) receive ``solution.ts`` as well."""
+    if getattr(system, "time_aware", False):
+        return jax.vmap(system.diagnostics)(solution.states, solution.ts)
     return jax.vmap(system.diagnostics)(solution.states)
