@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .newton import solve3_scalars
+from .._linalg import solve3_scalars
 
 
 def to_carry(R, Pi):

@@ -144,20 +144,43 @@ def cast_floating(tree, dtype):
     return jax.tree_util.tree_map(cast, tree)
 
 
-def step(system, state, dt, control=None, *, method: AbstractMethod | None = None, t=0.0):
+def step(
+    system, state, dt, control=None, *rest, method: AbstractMethod | None = None, t=0.0
+):
     """One step, MJX style: ``state_next = step(system, state, dt, control)`` (pure).
 
-    ``method`` defaults to :class:`geomjax.LGVI` for Lie group systems.  Use
+    ``method`` defaults to :class:`geomjax.LGVI` for Lie group systems and to
+    :class:`geomjax.NonholonomicVI` for nonholonomic systems.  The argument order of
+    :func:`simulate` is accepted too: ``step(system, method, state, dt, control)``.  Use
     ``method.step(system, state, dt, control, t)`` to also get the :class:`StepStats` (e.g. the
     residual of the implicit solve)."""
+    if isinstance(state, AbstractMethod):
+        if method is not None:
+            raise ValueError("step: 'method' given twice (positionally and as a keyword)")
+        if len(rest) > 1:
+            raise TypeError("step(system, method, state, dt, control=None): too many arguments")
+        # step(system, method, state, dt[, control]) -- the argument order of simulate
+        method, state, dt, control = state, dt, control, (rest[0] if rest else None)
+    elif rest:
+        raise TypeError("step(system, state, dt, control=None): too many positional arguments")
     if method is None:
-        from ..systems.base import AbstractLieGroupSystem
+        method = _default_method(system)
+    return method.step(system, state, dt, control, t)[0]
+
+
+def _default_method(system) -> AbstractMethod:
+    from ..systems.base import AbstractLieGroupSystem
+    from ..systems.nonholonomic import AbstractNonholonomicSystem
+
+    if isinstance(system, AbstractNonholonomicSystem):
+        from .nonholonomic import NonholonomicVI
+
+        return NonholonomicVI()
+    if isinstance(system, AbstractLieGroupSystem):
         from .lgvi import LGVI
 
-        if not isinstance(system, AbstractLieGroupSystem):
-            raise ValueError(f"step: give a 'method' for a system of type {type(system).__name__}")
-        method = LGVI()
-    return method.step(system, state, dt, control, t)[0]
+        return LGVI()
+    raise ValueError(f"step: give a 'method' for a system of type {type(system).__name__}")
 
 
 def simulate(

@@ -54,7 +54,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..integrators.newton import small_solve
+from .._linalg import small_solve
 from ..lie.base import LieGroup, check_shape
 from .base import AbstractSystem, check_finite
 

@@ -201,8 +201,16 @@ def test_step_is_one_step_of_simulate():
     one = gj.step(RB, S0, 0.02)
     np.testing.assert_array_equal(one.R, sol.states.R[1])
     np.testing.assert_array_equal(one.Pi, sol.states.Pi[1])
-    two = jax.jit(lambda s: gj.step(RB, s, 0.02, jnp.ones(3), method=gj.RKMK4()))(S0)
-    assert two.R.shape == (3, 3)
+    u = jnp.array([0.3, -0.2, 0.1])
+    ref = gj.simulate(RB, gj.RKMK4(), S0, 0.02, 1, controls=u[None])
+    two = jax.jit(lambda s: gj.step(RB, s, 0.02, u, method=gj.RKMK4()))(S0)
+    # the argument order of simulate is accepted as well
+    three = gj.step(RB, gj.RKMK4(), S0, 0.02, u)
+    for out in (two, three):
+        np.testing.assert_allclose(out.R, ref.states.R[1], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(out.Pi, ref.states.Pi[1], rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="'method' given twice"):
+        gj.step(RB, gj.RKMK4(), S0, 0.02, method=gj.LGVI())
 
 
 def test_jit_equals_eager_and_vmap_equals_loop():

@@ -210,12 +210,17 @@ def test_step_vmap_matches_unbatched(sleigh_runs):
     helper (the method is a pure function of arrays)."""
     states = [S0, SLEIGH.state(1.0, 2.0, -0.5, omega=-0.5, v=1.2), SLEIGH.state(omega=0.2, v=0.0)]
     batch = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
-    batched = eqx.filter_jit(jax.vmap(lambda s: gj.step(SLEIGH, VI, s, 0.04)[0]))(batch)
+    batched = eqx.filter_jit(jax.vmap(lambda s: gj.step(SLEIGH, s, 0.04, method=VI)))(batch)
     for k, s in enumerate(states):
         out = sleigh_runs[0.04] if k == 0 else run(SLEIGH, VI, s, T, 0.04)
         one = jax.tree_util.tree_map(lambda a: a[1], out["states"])  # after one step
         for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(one)):
             np.testing.assert_allclose(a[k], b, rtol=1e-12, atol=1e-14)
+    # without a method, step picks the default (symmetric) discrete Lagrange-d'Alembert scheme
+    default = gj.step(SLEIGH, S0, 0.04)
+    explicit = gj.step(SLEIGH, S0, 0.04, method=gj.NonholonomicVI())
+    for a, b in zip(jax.tree_util.tree_leaves(default), jax.tree_util.tree_leaves(explicit)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_bad_inputs_raise_clear_errors():
@@ -263,7 +268,7 @@ def test_unconverged_solves_are_visible():
     on_failure="raise" turns it into an error."""
     sleigh = ChaplyginSleigh(2.0, 0.5, 0.7)
     fast = sleigh.state(omega=8.0, v=3.0)
-    step = eqx.filter_jit(lambda method, s: gj.step(sleigh, method, s, 0.3))
+    step = eqx.filter_jit(lambda method, s: method.step(sleigh, s, 0.3, None, 0.0))
     _, stats = step(gj.NonholonomicVI(newton_iters=1), fast)
     assert float(stats.residual) > 1e-6
     with pytest.raises(Exception, match="did not converge"):
