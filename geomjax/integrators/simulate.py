@@ -144,9 +144,7 @@ def cast_floating(tree, dtype):
     return jax.tree_util.tree_map(cast, tree)
 
 
-def step(
-    system, state, dt, control=None, *rest, method: AbstractMethod | None = None, t=0.0
-):
+def step(system, state, dt, control=None, *rest, method: AbstractMethod | None = None, t=0.0):
     """One step, MJX style: ``state_next = step(system, state, dt, control)`` (pure).
 
     ``method`` defaults to :class:`geomjax.LGVI` for Lie group systems and to
