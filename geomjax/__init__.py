@@ -8,7 +8,7 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
 """
 
-from importlib.metadata import PackageNotFoundError
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import integrators, lie, riemann, systems
@@ -24,11 +24,26 @@ from .integrators import (
     step,
 )
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
+from .riemann import (
+    Embedding,
+    LeftInvariantMetric,
+    LevelSetConstraint,
+    MovingEmbedding,
+    MovingFrame,
+    ParticleSystem,
+    RigidSystem,
+    christoffel,
+    euler_lagrange_acceleration,
+    geodesic_acceleration,
+    newton_acceleration,
+)
 from .systems import (
     BallOnTurntable,
     ChaplyginSleigh,
     ChaplyginSphere,
     EulerPoincareSystem,
+    GravityGradient,
+    HeavyTop,
     LieGroupState,
     NonholonomicState,
     NonholonomicSystem,
@@ -36,14 +51,16 @@ from .systems import (
     RigidBodySE3,
     RigidBodyState,
     RollingDisk,
+    SE3Gravity,
     SuslovProblem,
+    UniformGravity,
     VerticalRollingDisk,
     momentum_equation,
 )
 
 try:
     __version__ = _version("geomjax")
-except PackageNotFoundError:  # running from a source tree without installation
+except _PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
 __all__ = [
@@ -56,28 +73,43 @@ __all__ = [
     "BallOnTurntable",
     "ChaplyginSleigh",
     "ChaplyginSphere",
+    "Embedding",
     "EulerPoincareSystem",
+    "GravityGradient",
+    "HeavyTop",
+    "LeftInvariantMetric",
+    "LevelSetConstraint",
     "LieGroup",
     "LieGroupState",
+    "MovingEmbedding",
+    "MovingFrame",
     "NonholonomicState",
     "NonholonomicSystem",
     "NonholonomicVI",
+    "ParticleSystem",
     "RigidBody",
     "RigidBodySE3",
     "RigidBodySplitting",
     "RigidBodyState",
+    "RigidSystem",
     "Rn",
     "RollingDisk",
+    "SE3Gravity",
     "Solution",
     "SuslovProblem",
     "Tn",
+    "UniformGravity",
     "VerticalRollingDisk",
     "__version__",
+    "christoffel",
     "diagnostics",
+    "euler_lagrange_acceleration",
+    "geodesic_acceleration",
     "integrators",
     "lie",
     "load_solution",
     "momentum_equation",
+    "newton_acceleration",
     "riemann",
     "simulate",
     "step",
