@@ -33,7 +33,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, machine_info, print_table, time_jitted, write_json
+from common import (
+    RESULTS,
+    fast_mode,
+    machine_info,
+    print_table,
+    save_figure,
+    time_jitted,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -361,10 +369,7 @@ def plot(curves, path):
     for a in axes.flat:
         a.grid(True, which="both", alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def main():

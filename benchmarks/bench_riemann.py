@@ -32,7 +32,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, print_table, time_jitted, write_json
+from common import RESULTS, fast_mode, print_table, save_figure, time_jitted, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -449,10 +449,7 @@ def plot(rows, pr_rows, path):
     ax.set_xscale("log")
     ax.set_xlabel("seconds for 10 × value_and_grad (run time)")
     ax.set_title("geomstats PR 801 workload\n(S², 50-step RK4, 10 × value_and_grad)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path, dpi=120)
 
 
 def main():

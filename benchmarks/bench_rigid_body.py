@@ -18,7 +18,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, machine_info, print_table, time_jitted, write_json
+from common import fast_mode, machine_info, print_table, save_figure, time_jitted, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -359,10 +359,7 @@ def plot(vs_dt, horizon, path):
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     axes[2].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def main():

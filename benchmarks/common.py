@@ -82,6 +82,17 @@ def write_json(name: str, payload: dict) -> Path:
     return path
 
 
+def save_figure(fig, path, dpi: int = 110) -> Path:
+    """Lay out, write and close a matplotlib figure; report where it went."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return Path(path)
+
+
 def fast_mode(argv=None) -> bool:
     import sys
 

@@ -1,0 +1,48 @@
+"""The benchmark scripts are not run by the suite (speed is measured in ``benchmarks/``, never
+asserted here), but they must stay importable against the current API, and their shared helpers
+must work."""
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(p.stem for p in BENCH.glob("bench_*.py"))
+
+
+@pytest.fixture(autouse=True)
+def _bench_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_imports_and_has_main(name):
+    module = importlib.import_module(name)
+    assert callable(module.main)
+
+
+def test_common_helpers(tmp_path, monkeypatch, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import jax.numpy as jnp
+    import matplotlib.pyplot as plt
+
+    common = importlib.import_module("common")
+    # timing: compile and run reported separately, both positive
+    c, r = common.time_jitted(lambda x: jnp.sin(x) @ x, jnp.ones((4, 4)), repeats=2, min_time=0.01)
+    assert c > 0 and r > 0
+    common.print_table([{"a": 1.23456, "b": None}], ["a", "b"], title="t")
+    out = capsys.readouterr().out
+    assert "1.23" in out and "-" in out
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    png = common.save_figure(fig, tmp_path / "f.png")
+    assert png.stat().st_size > 0
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    path = common.write_json("x", {"v": 1.0})
+    assert json.loads(path.read_text())["v"] == 1.0
+    monkeypatch.delenv("GEOMJAX_FAST", raising=False)
+    assert common.fast_mode(["--fast"]) and not common.fast_mode([])
