@@ -134,6 +134,15 @@ class LieGroup(eqx.Module):
     def project(self, g) -> jax.Array:
         """Nearest group element (e.g. the polar factor for rotation matrices)."""
 
+    def renormalize(self, g) -> jax.Array:
+        """Pull an element carrying round-off back onto the group, cheaply.
+
+        Integrators call this every step in low precision (float32), where rounding would
+        otherwise let the group defect random-walk away.  Defaults to :meth:`project`; the
+        rotation groups override it with one Björck (Newton–Schulz) step, which is
+        quadratically convergent near the group and needs no SVD."""
+        return self.project(g)
+
     @abc.abstractmethod
     def random(self, key, shape: tuple[int, ...] = (), dtype=None) -> jax.Array:
         """Random elements of batch shape ``shape``."""

@@ -211,6 +211,11 @@ class SpecialEuclidean3(LieGroup):
         g = check_shape(g, (4, 4), "g", "SE3.project")
         return _assemble(SO3.project(g[..., :3, :3]), g[..., :3, 3])
 
+    def renormalize(self, g):
+        """One Björck step on the rotation block; the bottom row is reset to ``(0, 0, 0, 1)``."""
+        g = check_shape(g, (4, 4), "g", "SE3.renormalize")
+        return _assemble(SO3.renormalize(g[..., :3, :3]), g[..., :3, 3])
+
     def random(self, key, shape=(), dtype=None):
         """Haar rotation and standard normal translation."""
         k1, k2 = jax.random.split(key)

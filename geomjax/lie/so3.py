@@ -226,6 +226,12 @@ class SpecialOrthogonal3(LieGroup):
         U = U.at[..., :, 2].multiply(d[..., None])
         return mm(U, Vt)
 
+    def renormalize(self, g):
+        """One Björck step ``R (3 I − RᵀR)/2``: the defect ``‖RᵀR − I‖`` goes to ~its square."""
+        R = check_shape(g, (3, 3), "g", "SO3.renormalize")
+        RtR = mm(jnp.swapaxes(R, -1, -2), R)
+        return mm(R, 1.5 * jnp.eye(3, dtype=R.dtype) - 0.5 * RtR)
+
     def random(self, key, shape=(), dtype=None):
         """Haar-uniform rotations (normalized Gaussian quaternions)."""
         dtype = dtype or jnp.result_type(float)

@@ -177,4 +177,6 @@ def test_se3_float32_is_stable():
     assert sol.states.g.dtype == jnp.float32
     E = np.asarray(jax.vmap(system.energy)(sol.states), dtype=np.float64)
     assert np.all(np.isfinite(E)) and np.max(np.abs(E - E[0])) / E[0] < 1e-3
-    assert float(jnp.max(gj.SE3.defect(sol.states.g))) < 1e-4
+    # float32 renormalizes the rotation block every step (LGVI(reorthonormalize=None)):
+    # the defect stays at round-off instead of random-walking
+    assert float(jnp.max(gj.SE3.defect(sol.states.g))) < 1e-6

@@ -210,6 +210,20 @@ def test_float32(G):
     np.testing.assert_allclose(np.asarray(G.jac_right(xi)), np.asarray(ref), atol=5e-5)
 
 
+def test_renormalize_pulls_back_onto_the_group(G):
+    """Elements are fixed points; a perturbation of size 1e-4 leaves a defect of its square or
+    less (one Björck step on rotation blocks, projection elsewhere)."""
+    g = jnp.asarray(random_element(G, 5, (20,)))
+    np.testing.assert_allclose(np.asarray(G.renormalize(g)), np.asarray(g), atol=1e-13)
+    noise = np.random.default_rng(1).standard_normal(np.shape(g))
+    bad = g + 1e-4 * jnp.asarray(noise)
+    before, after = G.defect(bad), G.defect(G.renormalize(bad))
+    assert bool(jnp.all(after <= 10 * before**2 + 1e-13)), (before, after)
+    # and it lands next to the unperturbed element (compared on the group: angles wrap)
+    err = G.log(G.compose(G.inverse(g), G.renormalize(bad)))
+    assert float(jnp.max(jnp.abs(err))) < 1e-3
+
+
 def test_wrong_shapes_name_the_argument(G):
     with pytest.raises(ValueError, match="'xi'"):
         G.exp(jnp.zeros((4, G.dim + 1)))
