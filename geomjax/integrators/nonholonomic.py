@@ -244,6 +244,9 @@ class NonholonomicVI(AbstractMethod):
         w, Lam_a = z[:k], z[k:]
         # 2. new configuration and the momentum arriving at it
         p_plus, p_minus, g1, x1 = discrete_momenta(system, g, x, w, h, self.retraction)
+        if jnp.finfo(g1.dtype).bits <= 32:
+            # rounding would let the group defect random-walk: one cheap step back (O(eps))
+            g1 = system.group.renormalize(g1)
         p_arrive = p_minus if control is None else p_minus + 0.5 * h * control
         # 3. node velocity and multipliers lam_b (constraint imposed at the new node)
         t1 = t + h

@@ -58,7 +58,7 @@ def test_float32_run():
     assert s.v.dtype == jnp.float32 and s.lam.dtype == jnp.float32 and s.g.dtype == jnp.float32
     assert np.all(np.isfinite(np.asarray(s.v)))
     assert float(jnp.max(d["constraint_violation"])) < 1e-6
-    assert float(jnp.max(d["group_defect"])) < 1e-5
+    assert float(jnp.max(d["group_defect"])) < 1e-6  # renormalized every step in float32
     E = np.asarray(d["energy"], np.float64)
     assert np.abs(E - E[0]).max() / E[0] < 1e-3
     om, v, _ = sleigh.closed_form(out["ts"].astype(jnp.float64), 1.5, -0.4)
