@@ -37,16 +37,23 @@ def _tree_sub(a, b):
     return jax.tree_util.tree_map(lambda x, y: x - y, a, b)
 
 
+def _unroll_iterations() -> bool:
+    """Unroll the fixed Newton iterations (accelerators) or keep them in a loop (CPU)."""
+    return jax.default_backend() != "cpu"
+
+
 @eqx.filter_custom_jvp
 def _newton(x0, args, *, residual, jac_solve, iters):
     def body(_, x):
         return _tree_sub(x, jac_solve(x, args, residual(x, args)))
 
-    # A rolled loop on purpose: XLA's CPU fusion duplicates elementwise producers into every
-    # consumer, so an unrolled chain of iterations is recomputed inside each output fusion
-    # (measured on the SO(3) LGVI step: 4x the arithmetic, half the speed on one core).  The
-    # loop carry materializes each iterate once.
-    x = jax.lax.fori_loop(0, iters, body, x0)
+    # On CPU a rolled loop on purpose: XLA's CPU fusion duplicates elementwise producers into
+    # every consumer, so an unrolled chain of iterations is recomputed inside each output fusion
+    # (measured on the SO(3) LGVI step: 4x the arithmetic, half the speed on one core); the loop
+    # carry materializes each iterate once.  On accelerators a device-side loop costs kernel
+    # launches and a predicate round trip per iteration while recomputation is cheap, so the
+    # iterations stay unrolled there (not measured: no GPU was available).
+    x = jax.lax.fori_loop(0, iters, body, x0, unroll=_unroll_iterations())
     return x, residual(x, args)
 
 

@@ -120,6 +120,25 @@ def test_heavy_top_vertical_momentum_and_energy():
     assert err.max() < 1e-3 and err.max() < 1.5 * err[: len(err) // 10].max()
 
 
+def test_rolled_and_unrolled_newton_iterations_agree(monkeypatch):
+    """The fixed Newton iterations run in a loop on CPU and unrolled on accelerators: the same
+    arithmetic up to XLA's reassociation, so the same trajectory to round-off (both forms
+    exercised here on the CPU), with potentials and on the generic-group path too."""
+    from geomjax.integrators import newton
+
+    top = gj.RigidBody(I123, HeavyTop(1.0, 9.81, [0.0, 0.1, 0.4]))
+    generic = gj.EulerPoincareSystem(gj.SO3, jnp.diag(I123))
+    runs = {}
+    for unroll in (False, True):
+        monkeypatch.setattr(newton, "_unroll_iterations", lambda u=unroll: u)
+        runs[unroll] = [
+            gj.simulate(system, gj.LGVI(), system.make_state(R0, PI0), 0.02, 200).states
+            for system in (RB, top, generic)
+        ]
+    for a, b in zip(jax.tree_util.tree_leaves(runs[False]), jax.tree_util.tree_leaves(runs[True])):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
 def test_generic_group_path_equals_so3_kernel():
     """The struct-of-arrays SO(3) kernel and the generic group code solve the same equations."""
     generic = gj.EulerPoincareSystem(gj.SO3, jnp.diag(I123), HeavyTop(1.0, 9.81, [0.0, 0.1, 0.4]))
