@@ -66,22 +66,26 @@ def lgvi_run(dt, steps, save_every, method=None, dtype=jnp.float64):
     return np.asarray(sol.ts), np.asarray(sol.states.R), np.asarray(sol.states.Pi)
 
 
-def diffrax_run(solver, dt, steps, save_every):
-    term = diffrax.ODETerm(lambda t, y, args: rhs(y, jnp.asarray(MOMENTS)))
-    y0 = jnp.concatenate([jnp.asarray(R0).reshape(9), jnp.asarray(PI0)])
-    ts = jnp.arange(0, steps + 1, save_every) * dt
-    sol = diffrax.diffeqsolve(
+def _fixed_step(term, solver, dt, steps, y0, saveat):
+    """diffrax with a constant step ``dt`` over ``steps`` steps; returns ``ys``."""
+    return diffrax.diffeqsolve(
         term,
         solver,
         0.0,
         steps * dt,
         dt,
         y0,
-        saveat=diffrax.SaveAt(ts=ts),
+        saveat=saveat,
         stepsize_controller=diffrax.ConstantStepSize(),
         max_steps=steps + 1,
-    )
-    y = np.asarray(sol.ys)
+    ).ys
+
+
+def diffrax_run(solver, dt, steps, save_every):
+    term = diffrax.ODETerm(lambda t, y, args: rhs(y, jnp.asarray(MOMENTS)))
+    y0 = jnp.concatenate([jnp.asarray(R0).reshape(9), jnp.asarray(PI0)])
+    ts = jnp.arange(0, steps + 1, save_every) * dt
+    y = np.asarray(_fixed_step(term, solver, dt, steps, y0, diffrax.SaveAt(ts=ts)))
     return np.asarray(ts), y[:, :9].reshape(-1, 3, 3), y[:, 9:]
 
 
@@ -241,17 +245,9 @@ def throughput(fast):
 
                 def tsit5(y):
                     def solve(y0):
-                        return diffrax.diffeqsolve(
-                            term,
-                            diffrax.Tsit5(),
-                            0.0,
-                            steps * dt,
-                            dt,
-                            y0,
-                            saveat=diffrax.SaveAt(t1=True),
-                            stepsize_controller=diffrax.ConstantStepSize(),
-                            max_steps=steps,
-                        ).ys
+                        return _fixed_step(
+                            term, diffrax.Tsit5(), dt, steps, y0, diffrax.SaveAt(t1=True)
+                        )
 
                     return jax.vmap(solve)(y)
 

@@ -1,8 +1,9 @@
 """Integrators (methods) and the single driver :func:`simulate`."""
 
+from .._linalg import solve3
 from .base import AbstractMethod, StepStats
 from .lgvi import LGVI
-from .newton import newton_solve, solve3
+from .newton import newton_solve
 from .nonholonomic import NonholonomicVI
 from .rkmk import RKMK4
 from .simulate import Solution, diagnostics, load_solution, simulate, step

@@ -187,11 +187,6 @@ def bjorck(R):
     return matmul(R, M)
 
 
-def needs_reorthonormalization(flag, dtype) -> bool:
-    """The ``reorthonormalize`` policy of the SO(3) methods: ``None`` means float32 and below."""
-    return bool(flag) or (flag is None and jnp.finfo(dtype).bits <= 32)
-
-
 def potential_force(system, R):
     """``−dV`` for rotation entries ``R`` (9 scalars): ``−vee(R^T ∇V − ∇V^T R)`` written out, with
     ``∇V`` the Euclidean gradient of the potential at the matrix ``R``."""

@@ -61,3 +61,9 @@ class AbstractMethod(eqx.Module):
 
     def validate(self, system) -> None:
         """Eager checks of the system's parameters for this method (raise ``ValueError``)."""
+
+
+def needs_reorthonormalization(flag: bool | None, dtype) -> bool:
+    """The ``reorthonormalize`` policy of the methods: ``None`` means float32 and below, where
+    rounding would let the group defect random-walk away (see :meth:`LieGroup.renormalize`)."""
+    return bool(flag) or (flag is None and jnp.finfo(dtype).bits <= 32)

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
-from .base import AbstractMethod, StepStats
+from .base import AbstractMethod, StepStats, needs_reorthonormalization
 from .newton import dense_jac_solve, newton_solve
 
 __all__ = ["LGVI"]
@@ -85,8 +85,9 @@ class LGVI(AbstractMethod):
         tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
         reorthonormalize: pull the configuration back onto the group after each update (one
             Björck step ``R ← R (3 I − R^T R)/2`` on rotation blocks; see
-            :meth:`geomjax.LieGroup.renormalize`).  ``None`` (default) does so in float32 and below, where the round-off drift of
-            ``R^T R`` would otherwise grow linearly (~1e-3 after 2e4 steps); the correction is
+            :meth:`geomjax.LieGroup.renormalize`).  ``None`` (default) does so in float32 and
+            below, where the round-off drift of ``R^T R`` would otherwise grow linearly (~1e-3
+            after 2e4 steps); the correction is
             ``O(eps)`` and leaves order and conservation properties unchanged.  In float64 the
             drift is at the 1e-13 level over 1e5 steps and nothing is done.
     """
@@ -193,7 +194,7 @@ class LGVI(AbstractMethod):
         xi, res = self.solve_legendre(system, b, h)
         f = self.retract(G, h * xi)
         g1 = G.compose(g, f)
-        if soa.needs_reorthonormalization(self.reorthonormalize, mu.dtype):
+        if needs_reorthonormalization(self.reorthonormalize, mu.dtype):
             g1 = G.renormalize(g1)  # keeps the group defect at round-off in float32
         mu1 = self._end_forces(system, g1, _mT(G.Ad(f)) @ b, F0, control, t + h, h)
         return system.make_state(g1, self._check(res, mu1)), StepStats(residual=res)
@@ -231,7 +232,7 @@ class LGVI(AbstractMethod):
         )
         F = soa.cay_matrix(tuple(h * xi for xi in x))
         R1 = soa.matmul(R, F)
-        if soa.needs_reorthonormalization(self.reorthonormalize, dtype):
+        if needs_reorthonormalization(self.reorthonormalize, dtype):
             R1 = soa.bjorck(R1)
         Pi1 = soa.matT_vec(F, b)
         f1 = self._so3_conservative(system, R1, control)

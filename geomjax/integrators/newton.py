@@ -19,9 +19,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._linalg import small_solve, solve3, solve3_scalars
+from .._linalg import small_solve
 
-__all__ = ["dense_jac_solve", "newton_solve", "small_solve", "solve3", "solve3_scalars"]
+__all__ = ["dense_jac_solve", "newton_solve"]
 
 
 def dense_jac_solve(residual: Callable) -> Callable:

@@ -83,7 +83,7 @@ import jax
 import jax.numpy as jnp
 
 from ..systems.nonholonomic import AbstractNonholonomicSystem, NonholonomicState
-from .base import AbstractMethod, StepStats
+from .base import AbstractMethod, StepStats, needs_reorthonormalization
 from .newton import dense_jac_solve, newton_solve
 
 __all__ = ["NonholonomicVI", "discrete_momenta"]
@@ -244,9 +244,8 @@ class NonholonomicVI(AbstractMethod):
         w, Lam_a = z[:k], z[k:]
         # 2. new configuration and the momentum arriving at it
         p_plus, p_minus, g1, x1 = discrete_momenta(system, g, x, w, h, self.retraction)
-        if jnp.finfo(g1.dtype).bits <= 32:
-            # rounding would let the group defect random-walk: one cheap step back (O(eps))
-            g1 = system.group.renormalize(g1)
+        if needs_reorthonormalization(None, g1.dtype):
+            g1 = system.group.renormalize(g1)  # one cheap O(eps) step back onto the group
         p_arrive = p_minus if control is None else p_minus + 0.5 * h * control
         # 3. node velocity and multipliers lam_b (constraint imposed at the new node)
         t1 = t + h

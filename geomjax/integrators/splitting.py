@@ -21,7 +21,7 @@ import numpy as np
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
-from .base import AbstractMethod, StepStats
+from .base import AbstractMethod, StepStats, needs_reorthonormalization
 
 __all__ = ["RigidBodySplitting"]
 
@@ -91,7 +91,7 @@ class RigidBodySplitting(AbstractMethod):
         Rs, Ps = soa.split(soa.to_carry(R, Pi))
         for i, tau in ((0, 0.5), (1, 0.5), (2, 1.0), (1, 0.5), (0, 0.5)):
             Rs, Ps = soa.axis_flow(Rs, Ps, inv_I, i, tau * h, self.exact_subflows)
-        if soa.needs_reorthonormalization(self.reorthonormalize, Pi.dtype):
+        if needs_reorthonormalization(self.reorthonormalize, Pi.dtype):
             Rs = soa.bjorck(Rs)
         R, Pi = soa.from_carry(soa.join(Rs, Ps))
         if needs_kick:
