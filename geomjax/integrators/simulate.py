@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import equinox as eqx
@@ -12,7 +14,11 @@ import numpy as np
 
 from .base import AbstractMethod
 
-__all__ = ["Solution", "load_solution", "simulate", "step"]
+__all__ = ["ConvergenceError", "Solution", "load_solution", "simulate", "step"]
+
+
+class ConvergenceError(RuntimeError):
+    """An implicit solve of a step did not converge (raised by :meth:`Solution.check`)."""
 
 
 class Solution(eqx.Module):
@@ -37,6 +43,58 @@ class Solution(eqx.Module):
     @property
     def max_residual(self) -> jax.Array:
         return self.stats["max_residual"]
+
+    def _first_failure(self, tol=None):
+        """``(block index, residual, tol)`` of the first saved block whose implicit-solve residual
+        is NaN or above ``tol`` (default ``1e3 · eps`` of the dtype, the methods' default), or None.
+        Eager only (concrete arrays)."""
+        res = np.asarray(self.stats["residual"])
+        tol = 1e3 * float(np.finfo(res.dtype).eps) if tol is None else float(tol)
+        bad = ~(res <= tol)  # NaN counts as a failure
+        if res.size == 0 or not bad.any():
+            return None
+        # a vmapped solution has leading batch axes: a block fails if any member fails
+        k = int(np.argmax(bad.reshape(-1, res.shape[-1]).any(0)))
+        col = res.reshape(-1, res.shape[-1])[:, k]
+        return k, float(np.nan if np.isnan(col).any() else col.max()), tol
+
+    def check(self, tol=None) -> Solution:
+        """Raise :class:`ConvergenceError` if an implicit solve did not converge (residual NaN or
+        above ``tol``, default ``1e3 · eps``); the message gives the first failing block of saved
+        steps (the step index when ``save_every = 1``) and its time interval.  Returns ``self``,
+        so ``sol = simulate(...).check()`` reads naturally.  Eager only: under ``jit`` use the
+        method's ``on_failure="raise"``."""
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self.stats)):
+            raise ValueError("Solution.check: call it outside jit (the stats are traced here)")
+        fail = self._first_failure(tol)
+        if fail is not None:
+            k, r, tol = fail
+            ts = np.asarray(self.ts)
+            span = (
+                f" (t in [{ts[..., k].min():.6g}, {ts[..., k + 1].max():.6g}])"
+                if ts.shape[-1] > k + 1
+                else ""
+            )
+            raise ConvergenceError(
+                f"Solution.check: the implicit solve did not converge in saved block {k} (step {k} "
+                f"when save_every=1){span}: relative residual {r:.3g} > tol {tol:.3g}; reduce dt "
+                "or raise the method's newton_iters"
+            )
+        return self
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        try:
+            fail = self._first_failure()
+        except Exception:  # traced / abstract stats: no warning line
+            fail = None
+        if fail is not None:
+            k, r, tol = fail
+            text += (
+                f"\nWARNING: implicit solve not converged from saved block {k} (residual {r:.3g} "
+                f"> {tol:.3g}); see Solution.check()"
+            )
+        return text
 
     def save(self, path, system=None, method=None) -> Path:
         """Write the solution (and the numeric parameters of ``system`` and ``method``) to ``.npz``.
@@ -199,7 +257,10 @@ def simulate(
         system: e.g. :class:`geomjax.systems.RigidBody`.
         method: e.g. :class:`geomjax.LGVI` ``()``, :class:`geomjax.RKMK4` ``()``.
         state0: initial state (one state; batch with ``jax.vmap``).
-        dt: step size (may be traced / differentiated).
+        dt: step size (may be traced / differentiated).  A concrete ``dt`` must be a finite
+            positive scalar (``ValueError`` otherwise: ``dt = nan`` would silently give NaN
+            states and ``dt = 0`` a constant "solution"; integrate backwards with
+            ``method.step`` and a negative ``dt``).  A traced ``dt`` is not checked.
         steps: number of steps (static).
         controls: None, a pytree whose leaves have leading axis ``steps`` (zero-order hold: control
             ``k`` acts on ``[t_k, t_{k+1}]``), or a feedback ``u(t, state)``.  Controls are body
@@ -212,6 +273,11 @@ def simulate(
             ``O(steps)`` (choose ``save_every ≈ sqrt(steps)``).
         check_inputs: validate ``state0`` (group membership, finiteness) — eagerly or with
             ``equinox.error_if`` under ``jit``.
+
+    Non-convergence of the implicit solves is reported in ``stats`` (``"residual"``): call
+    :meth:`Solution.check` to raise :class:`ConvergenceError` with the failing step, and
+    ``repr(solution)`` ends with a warning line.  With a method's ``on_failure="raise"`` and
+    concrete (not traced) inputs, ``simulate`` itself raises that clear error after the run.
 
     Precision follows ``state0``: floating parameters of ``system`` are cast to its dtype, so a
     float32 state gives a float32 run even with ``jax_enable_x64`` on.
@@ -239,6 +305,24 @@ def simulate(
         raise ValueError(
             f"simulate: argument 'save_every' must be a positive divisor of steps={steps}, got {save_every!r}"
         )
+    _check_dt(dt)
+    _check_controls(system, controls, steps, state0, t0)
+    if getattr(method, "on_failure", None) == "raise" and not _traced(system, state0, dt, controls):
+        # eager: run with reporting and raise Solution.check's clear message (step index and
+        # time) instead of an equinox runtime error wrapped in a long XLA trace
+        sol = simulate(
+            system,
+            dataclasses.replace(method, on_failure="report"),
+            state0,
+            dt,
+            steps,
+            controls,
+            save_every,
+            t0,
+            checkpoint,
+            check_inputs,
+        )
+        return sol.check(getattr(method, "tol", None))
     if check_inputs and hasattr(system, "check_state"):
         if getattr(system, "time_aware", False):  # time-dependent constraints: check at t0
             state0 = system.check_state(state0, "state0", t=t0)
@@ -294,6 +378,69 @@ def simulate(
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), state0, states)
     ts = jnp.concatenate([t0[None], ts])
     return Solution(ts=ts, states=states, stats=stats)
+
+
+def _traced(*trees) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
+
+
+def _check_dt(dt) -> None:
+    """A concrete ``dt`` must be a finite positive scalar (traced ``dt``: unchecked)."""
+    if _traced(dt):
+        return
+    try:
+        a = np.asarray(dt)
+        ok_shape = a.shape == () and np.issubdtype(a.dtype, np.number)
+    except Exception:
+        ok_shape = False
+    if not ok_shape:
+        raise ValueError(f"simulate: argument 'dt' must be a real scalar, got {dt!r}")
+    val = float(a)
+    if not (math.isfinite(val) and val > 0):
+        raise ValueError(f"simulate: argument 'dt' must be finite and positive, got {val!r}")
+
+
+def _control_shape(system) -> tuple[int, ...] | None:
+    """The per-step control shape of ``system`` (None: unknown, not checked)."""
+    from ..systems.base import AbstractLieGroupSystem
+    from ..systems.nonholonomic import AbstractNonholonomicSystem
+
+    if isinstance(system, AbstractNonholonomicSystem):
+        return (system.n_velocities,)
+    if isinstance(system, AbstractLieGroupSystem):
+        return (system.group.dim,)
+    return None
+
+
+def _check_controls(system, controls, steps, state0, t0) -> None:
+    """Shape of a control array (leading axis ``steps``, then the control shape of the system)
+    or of a feedback's output (traced abstractly, not run)."""
+    want = _control_shape(system)
+    if controls is None or want is None:
+        return
+    if callable(controls) and not isinstance(controls, jax.Array):
+        try:
+            out = jax.eval_shape(controls, jnp.asarray(t0, float), state0)
+        except Exception as e:
+            raise ValueError(
+                f"simulate: argument 'controls' (a feedback u(t, state)) failed on state0 with "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        if tuple(getattr(out, "shape", ())) != want:
+            raise ValueError(
+                f"simulate: argument 'controls' (a feedback) must return shape {want} for "
+                f"{type(system).__name__}, got {getattr(out, 'shape', type(out))}"
+            )
+        return
+    leaves = jax.tree_util.tree_leaves(controls)
+    if want is None or len(leaves) != 1:
+        return
+    shape = tuple(jnp.shape(leaves[0]))
+    if shape[1:] != want:
+        raise ValueError(
+            f"simulate: argument 'controls' must have shape {(steps, *want)} for "
+            f"{type(system).__name__} (one body force per step), got {shape}"
+        )
 
 
 def diagnostics(system, solution: Solution) -> dict[str, jax.Array]:

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._linalg import describe_degeneracy, is_degenerate, pivot_ratio
 from ..lie._math import as_float
 
 __all__ = [
@@ -56,26 +57,28 @@ def check_positive(x, name: str, where: str):
 
 
 def _spd_defect(M):
-    """Relative asymmetry and whether the Cholesky factor exists (is finite)."""
+    """Relative asymmetry and whether the symmetric part is degenerate
+    (:func:`geomjax._linalg.is_degenerate`)."""
     scale = jnp.max(jnp.abs(M)) + jnp.finfo(M.dtype).tiny
     asym = jnp.max(jnp.abs(M - M.T)) / scale
-    L = jnp.linalg.cholesky(0.5 * (M + M.T))
-    return asym, L
+    return asym, is_degenerate(0.5 * (M + M.T))
 
 
 def check_spd(M, name: str, where: str, tol: float | None = None):
-    """Finite, symmetric (to ``tol``, relative) and positive definite (Cholesky exists)."""
+    """Finite, symmetric (to ``tol``, relative) and positive definite by the degeneracy criterion
+    of :func:`geomjax._linalg.pivot_ratio` (``ρ > 100·n·eps``)."""
     M = check_finite(M, name, where)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(
             f"{where}: argument '{name}' must be a square matrix, got shape {tuple(M.shape)}"
         )
     tol = float(np.sqrt(np.finfo(M.dtype).eps)) if tol is None else tol
-    asym, L = _spd_defect(M)
-    bad = (asym > tol) | ~jnp.all(jnp.isfinite(L))
-    return _fail(
-        M, bad, f"{where}: argument '{name}' must be symmetric positive definite, got {_show(M)}"
-    )
+    asym, degenerate = _spd_defect(M)
+    bad = (asym > tol) | degenerate
+    msg = f"{where}: argument '{name}' must be symmetric positive definite, got {_show(M)}"
+    if not (is_traced(bad) or is_traced(M)) and bool(degenerate):
+        msg += f" ({describe_degeneracy(0.5 * (M + M.T))})"
+    return _fail(M, bad, msg)
 
 
 def cho_solve(G, b):
@@ -145,13 +148,21 @@ class Checker:
         return x
 
     def solve(self, G, b, name: str):
-        """``G⁻¹ b`` by Cholesky; a ``G`` that is not positive definite is reported as ``name``."""
-        L = jnp.linalg.cholesky(G)
-        self.add(
-            ~jnp.all(jnp.isfinite(L)),
-            f"{self.where}: '{name}' is not positive definite at this point (degenerate metric "
-            "or dependent constraints)",
+        """``G⁻¹ b`` by Cholesky; a degenerate ``G`` is reported as ``name``.
+
+        Degenerate means the pivot ratio ``ρ = min_i L_ii²/G_ii`` is not above
+        ``τ = 100·n·eps`` (:func:`geomjax._linalg.pivot_ratio`): a dtype-aware, scale-invariant
+        criterion that gives the same answer on every machine, rather than relying on Cholesky
+        producing NaN for a round-off pivot.  The eager error reports the measured ``ρ``."""
+        rho, L = pivot_ratio(G)
+        bad = jnp.any(is_degenerate(G, rho))
+        msg = (
+            f"{self.where}: '{name}' is degenerate at this point (not positive definite by the "
+            "criterion ρ = min L_ii²/G_ii > 100·n·eps: degenerate metric or dependent constraints)"
         )
+        if not is_traced(bad) and bool(bad):
+            raise ValueError(f"{msg}; {describe_degeneracy(G)}")
+        self.add(bad, msg)
         return jax.scipy.linalg.cho_solve((L, True), b)
 
     def inverse(self, G, name: str):

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._linalg import describe_degeneracy, is_degenerate
 from ..lie.base import LieGroup, check_shape
 
 __all__ = [
@@ -46,7 +47,9 @@ def check_spd(M, name: str, where: str, n: int | None = None):
     """Validate a symmetric positive definite ``(n, n)`` matrix.
 
     Eagerly: ``ValueError`` naming the argument for a wrong shape, asymmetry, non-finite entries
-    or a non-positive eigenvalue.  Traced (e.g. when a system is built inside a jitted loss): the
+    or degeneracy: the pivot ratio ``ρ = min L_ii²/M_ii`` of the Cholesky factor not above
+    ``100·n·eps`` (:func:`geomjax._linalg.pivot_ratio`; the same decision on every machine, and
+    scale invariant: an inertia × 1e-12 is as good as the inertia).  Traced (e.g. when a system is built inside a jitted loss): the
     same conditions compiled with :func:`equinox.error_if`.
     """
     M = jnp.asarray(M)
@@ -59,17 +62,14 @@ def check_spd(M, name: str, where: str, n: int | None = None):
         )
     scale = jnp.max(jnp.abs(M))
     asym = jnp.max(jnp.abs(M - M.T)) > 1e-10 * scale
-    # eigvalsh is differentiable and cheap for the small matrices used here
-    not_pd = jnp.min(jnp.linalg.eigvalsh(0.5 * (M + M.T))) <= 0
+    not_pd = is_degenerate(0.5 * (M + M.T))
     bad = asym | not_pd | ~jnp.all(jnp.isfinite(M))
     msg = f"{where}: argument '{name}' must be symmetric positive definite and finite"
     if _is_traced(bad):
         return eqx.error_if(M, bad, msg)
     if bool(bad):
-        eig = jnp.linalg.eigvalsh(0.5 * (M + M.T)) if bool(jnp.all(jnp.isfinite(M))) else None
-        raise ValueError(
-            f"{msg}; got eigenvalues {eig} and asymmetry {float(jnp.max(jnp.abs(M - M.T))):.2e}"
-        )
+        what = describe_degeneracy(0.5 * (M + M.T))
+        raise ValueError(f"{msg}; {what}; asymmetry {float(jnp.max(jnp.abs(M - M.T))):.2e}")
     return M
 
 

@@ -54,7 +54,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._linalg import small_solve
+from .._linalg import degeneracy_tol, describe_degeneracy, pivot_ratio, small_solve
 from ..lie.base import LieGroup, check_shape
 from .base import AbstractSystem, check_finite
 
@@ -92,7 +92,11 @@ def _consistent_state(system, g, x, v, t, project):
     # compiled once per system structure: eager autodiff of the saddle system is slow
     if project:
         v = system.project_velocity(g, x, v, t)
-    return v, system.multipliers(t, g, x, v)
+    # the two SPD pivots blocks of the saddle system: M and the Schur complement A M⁻¹ Aᵀ
+    M = system.mass_matrix(g, x, v)
+    A = system.constraint_matrix(g, x, t)
+    S = A @ jnp.linalg.solve(M, A.T)
+    return v, system.multipliers(t, g, x, v), (M, S)
 
 
 class NonholonomicState(eqx.Module):
@@ -269,8 +273,26 @@ class AbstractNonholonomicSystem(AbstractSystem):
         v = check_shape(v, (self.n_velocities,), "v", where)
         dtype = jnp.result_type(g, x, v)
         g, x, v = g.astype(dtype), x.astype(dtype), v.astype(dtype)
-        v, lam = _consistent_state(self, g, x, v, jnp.asarray(t, dtype), bool(project))
+        v, lam, (M, S) = _consistent_state(self, g, x, v, jnp.asarray(t, dtype), bool(project))
+        if not _is_traced(lam):
+            self._check_saddle(M, S, where)
         return NonholonomicState(g, x, v, lam)
+
+    @staticmethod
+    def _check_saddle(M, S, where):
+        """Eager degeneracy check of the saddle system at a state (``ValueError`` naming ``g``/``x``):
+        the mass matrix ``M`` and the Schur complement ``A M⁻¹ Aᵀ`` must pass the pivot-ratio
+        criterion of :func:`geomjax._linalg.pivot_ratio` (``ρ > 100·n·eps``)."""
+        for G, what in ((M, "the mass matrix ∂²L/∂v²"), (S, "A M⁻¹ Aᵀ")):
+            if G.shape[-1] == 0:
+                continue
+            rho = float(pivot_ratio(G)[0])
+            if not rho > degeneracy_tol(G.shape[-1], G.dtype):
+                raise ValueError(
+                    f"{where}.make_state: {what} is degenerate at the configuration given by "
+                    f"arguments 'g', 'x' (dependent constraints or a degenerate Lagrangian); "
+                    f"{describe_degeneracy(G)}"
+                )
 
     def constraint_violation(self, state, t=0.0) -> jax.Array:
         """``A(q) v − b(q, t)`` ``(m,)`` of a state."""
