@@ -139,16 +139,26 @@ def _flatten_into(arrays: dict, prefix: str, tree) -> list[str]:
     return names
 
 
-def _unflatten_like(template, data, prefix):
+def _unflatten_like(template, data, prefix, argname="state_template", time_axis=False):
     paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     leaves = []
-    for path, _ in paths_leaves:
+    for path, leaf in paths_leaves:
         name = f"{prefix}{_keystr(path)}"
         if name not in data:
             raise ValueError(
-                f"load_solution: the file has no array '{name}' for the given template"
+                f"load_solution: argument '{argname}' does not match the file: it has no array "
+                f"'{name}' (arrays in the file: {sorted(k for k in data if k.startswith(prefix))})"
             )
-        leaves.append(jnp.asarray(data[name]))
+        arr = data[name]
+        want = tuple(np.shape(leaf))
+        got = arr.shape[1:] if time_axis else arr.shape
+        if eqx.is_array(leaf) and want and got != want:
+            raise ValueError(
+                f"load_solution: argument '{argname}' does not match the file: '{name}' has shape "
+                f"{arr.shape}, the template {want}"
+                + (" (after the time axis)" if time_axis else "")
+            )
+        leaves.append(jnp.asarray(arr))
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
@@ -166,9 +176,19 @@ def load_solution(path, state_template=None, system=None, method=None):
         ``(solution, system, method)``; ``system``/``method`` are the rebuilt modules, or the dict
         of saved arrays when no template is given.
     """
-    with np.load(path) as f:
-        data = {k: f[k] for k in f.files}
-    meta = json.loads(bytes(data.pop("__meta__")).decode())
+    try:
+        with np.load(path) as f:
+            data = {k: f[k] for k in f.files}
+        meta = json.loads(bytes(data.pop("__meta__")).decode())
+        if meta.get("format") != "geomjax.Solution/1" or "ts" not in data:
+            raise ValueError(f"format {meta.get('format')!r}")
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # truncated zip, not an .npz, missing metadata
+        raise ValueError(
+            f"load_solution: argument 'path' ({path}) is not a complete file written by "
+            f"Solution.save ({type(e).__name__}: {e})"
+        ) from e
     if state_template is None:
         import importlib
 
@@ -177,7 +197,7 @@ def load_solution(path, state_template=None, system=None, method=None):
         fields = [k for k in cls.__dataclass_fields__]
         state_template = cls(*[jnp.zeros(()) for _ in fields])
     ts = jnp.asarray(data["ts"])
-    states = _unflatten_like(state_template, data, "states")
+    states = _unflatten_like(state_template, data, "states", time_axis=True)
     stats = {
         k[len("stats['") : -2]: jnp.asarray(v) for k, v in data.items() if k.startswith("stats[")
     }
@@ -187,7 +207,7 @@ def load_solution(path, state_template=None, system=None, method=None):
             out.append({k: jnp.asarray(v) for k, v in data.items() if k.startswith(prefix)})
         else:
             params, static = eqx.partition(tmpl, eqx.is_array)
-            out.append(eqx.combine(_unflatten_like(params, data, prefix), static))
+            out.append(eqx.combine(_unflatten_like(params, data, prefix, prefix), static))
     return Solution(ts=ts, states=states, stats=stats), out[0], out[1]
 
 

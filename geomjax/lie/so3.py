@@ -152,7 +152,13 @@ class SpecialOrthogonal3(LieGroup):
 
     def log(self, g):
         """Principal logarithm (|w| ≤ π), via the quaternion: accurate and with finite
-        derivatives up to θ = π (exclusive), including θ = 0."""
+        derivatives up to θ = π (exclusive), including θ = 0.
+
+        ``g`` is assumed to be a rotation and is *not* validated (a pure, jit-friendly function):
+        a matrix far from SO(3) still returns a plausible-looking rotation vector, e.g.
+        ``log(2·I) = 0`` (the quaternion extraction only sees the rotation-like part).  Validate
+        untrusted input with :meth:`check` (``SO3.log(SO3.check(g))``), or project it first with
+        :meth:`renormalize`."""
         g = check_shape(g, (3, 3), "g", "SO3.log")
         return _log_from_quat(_quat_from_matrix(g))
 

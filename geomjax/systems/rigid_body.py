@@ -6,12 +6,14 @@ objective SE(3) inertia; Lee, Leok & McClamroch (2005) for the SO(3) rigid body 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..lie import SE3, SO3, LieGroup
 from ..lie.so3 import _hat3
@@ -125,6 +127,11 @@ class RigidBody(EulerPoincareSystem):
         inertia: principal moments ``(3,)`` or an SPD ``(3, 3)`` body inertia tensor.
         potential: optional ``V(R) -> scalar``; its torque ``-dV`` comes from autodiff (see
             :mod:`geomjax.systems.potentials`).
+        generalized: ``False`` (default) warns (``UserWarning``) when the principal moments
+            violate the triangle inequality ``I_i + I_j ≥ I_k``, which every body of non-negative
+            mass density satisfies (equality: a planar lamina; checked to ``1e3 · eps``
+            relative) — usually a typo.  Pass ``True`` for a *generalized* rigid body (any SPD
+            inertia, e.g. a model reduction) to silence it.
 
     State: :class:`RigidBodyState` ``(R, Pi)``.  Equations (Euler):
     ``dR/dt = R hat(Omega)``, ``dPi/dt = Pi × Omega + M(R) + u``.
@@ -133,16 +140,40 @@ class RigidBody(EulerPoincareSystem):
     state_type: ClassVar[type] = RigidBodyState
     principal_axes: bool = eqx.field(static=True, default=False)
 
-    def __init__(self, inertia, potential: Callable | None = None, force: Callable | None = None):
+    def __init__(
+        self,
+        inertia,
+        potential: Callable | None = None,
+        force: Callable | None = None,
+        *,
+        generalized: bool = False,
+    ):
         # principal moments given: the body frame is the principal frame (static fast paths)
         self.principal_axes = jnp.shape(inertia) == (3,)
-        super().__init__(SO3, _inertia3(inertia, "RigidBody"), potential, force)
+        I = _inertia3(inertia, "RigidBody")
+        if not generalized and not isinstance(I, jax.core.Tracer):
+            _warn_triangle(np.asarray(I))
+        super().__init__(SO3, I, potential, force)
 
     def casimirs(self, state):
         return {"norm_Pi_sq": jnp.sum(state.Pi**2)}
 
     def angular_velocity(self, state):
         return self.velocity(state.Pi)
+
+
+def _warn_triangle(I: np.ndarray) -> None:
+    """``UserWarning`` if the principal moments violate ``I_1 + I_2 ≥ I_3`` (sorted)."""
+    m = np.sort(np.linalg.eigvalsh(0.5 * (I + I.T)))
+    if m[0] + m[1] < m[2] * (1.0 - 1e3 * np.finfo(I.dtype).eps):
+        warnings.warn(
+            f"RigidBody: argument 'inertia' has principal moments {np.array2string(m, precision=4)}"
+            f" violating the triangle inequality I_1 + I_2 ≥ I_3 ({m[0] + m[1]:.4g} < "
+            f"{m[2]:.4g}): no body of non-negative mass density has them.  Pass "
+            "generalized=True for a generalized rigid body to silence this warning.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def newton_euler_inertia(mass, inertia_com, com=None):
