@@ -24,3 +24,8 @@ __all__ = [
     "solve3",
     "step",
 ]
+
+# issue 9: composition (higher order) and the reversible adjoint
+from .composition import SCHEMES, Composition
+
+__all__ += ["SCHEMES", "Composition"]
