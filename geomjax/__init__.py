@@ -117,6 +117,6 @@ __all__ = [
 ]
 
 # issue 9: composition (higher order) and the reversible adjoint
-from .integrators import Composition
+from .integrators import Composition, ReversibleAdjoint
 
-__all__ += ["Composition"]
+__all__ += ["Composition", "ReversibleAdjoint"]

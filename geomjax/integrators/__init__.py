@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 # issue 9: composition (higher order) and the reversible adjoint
+from .adjoint import ReversibleAdjoint, reconstruction_error
 from .composition import SCHEMES, Composition
 
-__all__ += ["SCHEMES", "Composition"]
+__all__ += ["SCHEMES", "Composition", "ReversibleAdjoint", "reconstruction_error"]
