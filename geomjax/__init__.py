@@ -115,3 +115,8 @@ __all__ = [
     "step",
     "systems",
 ]
+
+# issue 9: composition (higher order) and the reversible adjoint
+from .integrators import Composition, ReversibleAdjoint
+
+__all__ += ["Composition", "ReversibleAdjoint"]

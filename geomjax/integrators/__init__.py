@@ -24,3 +24,9 @@ __all__ = [
     "solve3",
     "step",
 ]
+
+# issue 9: composition (higher order) and the reversible adjoint
+from .adjoint import ReversibleAdjoint, reconstruction_error
+from .composition import SCHEMES, Composition
+
+__all__ += ["SCHEMES", "Composition", "ReversibleAdjoint", "reconstruction_error"]

@@ -34,6 +34,9 @@ class AbstractMethod(eqx.Module):
     """
 
     order: ClassVar[int]
+    #: ``Φ_{−h} ∘ Φ_h = id`` (with the same control, from time ``t + h``): the step is its own
+    #: inverse with ``−dt`` (used by :class:`geomjax.Composition` and :class:`geomjax.ReversibleAdjoint`)
+    symmetric: ClassVar[bool] = False
 
     @abc.abstractmethod
     def step(self, system, state, dt, control=None, t=0.0):

@@ -98,6 +98,7 @@ class LGVI(AbstractMethod):
     tol: float | None = eqx.field(static=True, default=None)
     reorthonormalize: bool | None = eqx.field(static=True, default=None)
     order: ClassVar[int] = 2
+    symmetric: ClassVar[bool] = True
 
     def __check_init__(self):
         if self.retraction not in ("cayley", "exp"):

@@ -194,6 +194,7 @@ class NonholonomicVI(AbstractMethod):
     on_failure: Literal["report", "raise"] = eqx.field(static=True, default="report")
     tol: float | None = eqx.field(static=True, default=None)
     order: ClassVar[int] = 2
+    symmetric: ClassVar[bool] = True
 
     def __check_init__(self):
         where = "NonholonomicVI"

@@ -270,6 +270,7 @@ def simulate(
     t0=0.0,
     checkpoint: bool = False,
     check_inputs: bool = True,
+    adjoint=None,
 ) -> Solution:
     """Integrate ``system`` with ``method`` for ``steps`` fixed steps of size ``dt``.
 
@@ -293,6 +294,10 @@ def simulate(
             ``O(steps)`` (choose ``save_every ≈ sqrt(steps)``).
         check_inputs: validate ``state0`` (group membership, finiteness) — eagerly or with
             ``equinox.error_if`` under ``jit``.
+        adjoint: ``None`` (default: reverse mode differentiates the scan) or
+            :class:`geomjax.ReversibleAdjoint` ``()``: gradients by backward reconstruction of the
+            trajectory with the reversed step (symmetric methods), memory independent of
+            ``steps`` (see :mod:`geomjax.integrators.adjoint`).
 
     Non-convergence of the implicit solves is reported in ``stats`` (``"residual"``): call
     :meth:`Solution.check` to raise :class:`ConvergenceError` with the failing step, and
@@ -355,6 +360,20 @@ def simulate(
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
     n_save = steps // save_every
+
+    if adjoint is not None:  # a custom_vjp around this same function (adjoint=None inside)
+        from .adjoint import ReversibleAdjoint
+
+        if not isinstance(adjoint, ReversibleAdjoint) or checkpoint:
+            raise ValueError(
+                "simulate: argument 'adjoint' must be None or ReversibleAdjoint() (and not combined "
+                f"with checkpoint=True), got {adjoint!r}"
+            )
+        if controls is not None and not (
+            callable(controls) and not isinstance(controls, jax.Array)
+        ):
+            controls = jax.tree_util.tree_map(lambda u: jnp.asarray(u, dtype), controls)
+        return adjoint.run(simulate, system, method, state0, dt, steps, controls, save_every, t0)
 
     feedback = callable(controls) and not isinstance(controls, jax.Array)
     if controls is None or feedback:

@@ -41,6 +41,7 @@ class RigidBodySplitting(AbstractMethod):
     exact_subflows: bool = eqx.field(static=True, default=False)
     reorthonormalize: bool | None = eqx.field(static=True, default=None)
     order: ClassVar[int] = 2
+    symmetric: ClassVar[bool] = True
 
     def supports(self, system) -> bool:
         return isinstance(system, AbstractLieGroupSystem) and isinstance(
