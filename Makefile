@@ -32,7 +32,7 @@ bench: $(STAMP)
 	$(VENV)/bin/geomjax bench all
 
 # the scale suite at GPU-sized batches on whatever JAX backend is installed; for NVIDIA GPUs first:
-#   $(PY) -m pip install -U "jax[cuda12]"
+#   $(PY) -m pip install -e '.[cuda]'
 bench-gpu: $(STAMP)
 	$(VENV)/bin/geomjax bench gpu
 

@@ -24,6 +24,7 @@ Compile time is always reported separately from run time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -326,6 +327,8 @@ def gradient_memory(fast: bool) -> list[dict]:
     cases = [(1000, False), (1000, True), (10_000, False), (10_000, True)]
     if not fast:
         cases += [(100_000, False), (100_000, True), (long, True)]
+    # plain reverse mode at the long horizon: compiled only (its memory), not run
+    cases += [(long, None)]
     rows = []
     grads = {}
     for steps, checkpoint in cases:
@@ -344,8 +347,20 @@ def gradient_memory(fast: bool) -> list[dict]:
             # a loss on the whole saved trajectory, so that every block matters
             return jnp.mean(sol.states.Pi[:, 0] ** 2) + jnp.mean(sol.states.R[:, 0, 1])
 
-        g = jax.grad(loss)
         pi0 = jnp.asarray(PI0)
+        if checkpoint is None:
+            g = jax.grad(functools.partial(loss, checkpoint=False))
+            mem = compiled_memory(g, pi0)
+            rows.append(
+                {
+                    "steps": steps,
+                    "save_every": save,
+                    "checkpoint": "False (compiled only)",
+                    **{f"peak_{k}": v for k, v in mem.items()},
+                }
+            )
+            continue
+        g = jax.grad(loss)
         c, r = time_jitted(g, pi0, repeats=1, min_time=0.0)
         mem = compiled_memory(g, pi0)
         grads[(steps, checkpoint)] = np.asarray(jax.jit(g)(pi0))
