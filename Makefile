@@ -6,7 +6,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.geomjax-installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench bench-gpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/geomjax bench all
+
+# the scale suite at GPU-sized batches on whatever JAX backend is installed; for NVIDIA GPUs first:
+#   $(PY) -m pip install -e '.[cuda]'
+bench-gpu: $(STAMP)
+	$(VENV)/bin/geomjax bench gpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results

@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -18,14 +19,137 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine_info() -> dict:
+    """Where and how a benchmark ran: backend, devices, precision, versions, host.
+
+    Every benchmark JSON carries this (``write_json`` adds it), so results from different
+    machines and backends can be told apart.  The keys of the first version are kept."""
     dev = jax.devices()[0]
-    return {
+    info = {
         "platform": dev.platform,
         "device": getattr(dev, "device_kind", str(dev)),
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "python": platform.python_version(),
         "jax": jax.__version__,
+    }
+    info.update(_backend_info(dev))
+    return info
+
+
+def _backend_info(dev) -> dict:
+    import jaxlib
+    import numpy as np
+
+    info = {
+        "backend": jax.default_backend(),
+        "device_count": jax.device_count(),
+        "local_device_count": jax.local_device_count(),
+        "process_count": jax.process_count(),
+        "devices": sorted({getattr(d, "device_kind", str(d)) for d in jax.devices()}),
+        "jaxlib": getattr(jaxlib, "__version__", None),
+        "numpy": np.__version__,
+        # the default floating dtype of jnp arrays (rows record the dtype they ran in)
+        "jax_enable_x64": bool(jax.config.jax_enable_x64),
+        "default_float": jnp_default_float(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "newton_unroll": os.environ.get("GEOMJAX_NEWTON_UNROLL", "auto"),
+        "cpu_model": _cpu_model(),
+        "host_memory_GB": _host_memory_gb(),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:  # accelerators report their memory; CPU devices may not
+        stats = dev.memory_stats() or {}
+        if "bytes_limit" in stats:
+            info["device_memory_GB"] = stats["bytes_limit"] / 1e9
+    except Exception:  # optional information, never fatal
+        pass
+    return info
+
+
+def jnp_default_float() -> str:
+    import jax.numpy as jnp
+
+    return jnp.zeros(()).dtype.name
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _host_memory_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return None
+
+
+#: Peak DRAM bandwidth (GB/s, vendor figures) by ``device_kind`` substring; the first match wins.
+PEAK_BANDWIDTH_GBS = {
+    "H200": 4800.0,
+    "H100 PCIe": 2000.0,
+    "H100 NVL": 3900.0,
+    "H100": 3350.0,  # SXM5
+    "GH200": 4000.0,
+    "A100-SXM4-80GB": 2039.0,
+    "A100 80GB PCIe": 1935.0,
+    "A100": 1555.0,
+    "L40S": 864.0,
+    "L4": 300.0,
+    "A10G": 600.0,
+    "V100": 900.0,
+    "T4": 320.0,
+    "TPU v4": 1200.0,
+    "TPU v5 lite": 819.0,
+    "TPU v5e": 819.0,
+    "TPU v5p": 2765.0,
+}
+
+
+def peak_bandwidth_gbs(device=None) -> float | None:
+    """Vendor peak memory bandwidth of ``device`` (GB/s) from :data:`PEAK_BANDWIDTH_GBS`, or None."""
+    kind = getattr(device or jax.devices()[0], "device_kind", "")
+    for key, value in PEAK_BANDWIDTH_GBS.items():
+        if key.lower() in kind.lower():
+            return value
+    return None
+
+
+def measure_copy_bandwidth(nbytes: int = 1 << 28, dtype="float32") -> float:
+    """Measured streaming bandwidth (GB/s): ``y = x + 1`` over ``nbytes`` (read + write).
+
+    A practical ceiling for bandwidth-bound kernels on the current default device (on a CPU,
+    what one XLA fusion reaches; vendor peaks are rarely reached)."""
+    import jax.numpy as jnp
+
+    n = nbytes // jnp.dtype(dtype).itemsize
+    x = jnp.zeros((n,), dtype)
+    # best of two measurements (on a shared machine a whole measurement can be slowed down)
+    run_s = min(time_jitted(lambda x: x + 1, x, repeats=5, min_time=0.2)[1] for _ in range(2))
+    return 2 * n * jnp.dtype(dtype).itemsize / run_s / 1e9
+
+
+def compiled_memory(fn, *args) -> dict:
+    """XLA's memory analysis of ``jax.jit(fn)`` for ``args`` (MB): temporaries, arguments, outputs.
+
+    ``temp_MB`` is the scratch the program needs at its peak (e.g. the residuals stored for a
+    reverse pass); it does not depend on the backend's allocator, so CPU and GPU are comparable."""
+    mem = jax.jit(fn).lower(*args).compile().memory_analysis()
+    if mem is None:
+        return {}
+    get = lambda k: getattr(mem, k, float("nan")) / 1e6  # noqa: E731
+    return {
+        "temp_MB": get("temp_size_in_bytes"),
+        "argument_MB": get("argument_size_in_bytes"),
+        "output_MB": get("output_size_in_bytes"),
     }
 
 
@@ -77,6 +201,7 @@ def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {"machine": machine_info(), **payload}
+    payload.setdefault("argv", sys.argv[1:])
     path.write_text(json.dumps(payload, indent=2, default=float))
     print(f"\nwrote {path}")
     return path
@@ -94,7 +219,5 @@ def save_figure(fig, path, dpi: int = 110) -> Path:
 
 
 def fast_mode(argv=None) -> bool:
-    import sys
-
     argv = sys.argv[1:] if argv is None else argv
     return "--fast" in argv or os.environ.get("GEOMJAX_FAST", "0") == "1"

@@ -21,6 +21,7 @@ from .integrators import (
     diagnostics,
     load_solution,
     simulate,
+    simulate_sharded,
     step,
 )
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
@@ -112,6 +113,7 @@ __all__ = [
     "newton_acceleration",
     "riemann",
     "simulate",
+    "simulate_sharded",
     "step",
     "systems",
 ]

@@ -14,7 +14,11 @@ BENCHMARKS = {
     "rigid-body": "bench_rigid_body.py",
     "riemann": "bench_riemann.py",
     "nonholonomic": "bench_nonholonomic.py",
+    "scale": "bench_scale.py",
 }
+#: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
+#: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)
+BENCHMARK_ALIASES = {"gpu": "scale"}
 
 
 def _benchmarks_dir() -> Path:
@@ -28,6 +32,7 @@ def _benchmarks_dir() -> Path:
 
 
 def _run_bench(name: str, extra: list[str]) -> None:
+    name = BENCHMARK_ALIASES.get(name, name)
     names = list(BENCHMARKS) if name == "all" else [name]
     for n in names:
         if n not in BENCHMARKS:
@@ -58,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--section", action="append", help="run only these sections")
 
     p_bench = sub.add_parser("bench", help="run a benchmark from benchmarks/")
-    p_bench.add_argument("name", help=f"one of {[*BENCHMARKS, 'all']}")
+    p_bench.add_argument("name", help=f"one of {[*BENCHMARKS, *BENCHMARK_ALIASES, 'all']}")
     p_bench.add_argument("extra", nargs=argparse.REMAINDER, help="passed to the benchmark script")
 
     args = parser.parse_args(argv)

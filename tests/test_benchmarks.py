@@ -46,3 +46,25 @@ def test_common_helpers(tmp_path, monkeypatch, capsys):
     assert json.loads(path.read_text())["v"] == 1.0
     monkeypatch.delenv("GEOMJAX_FAST", raising=False)
     assert common.fast_mode(["--fast"]) and not common.fast_mode([])
+
+
+def test_machine_info_and_bandwidth_helpers(monkeypatch):
+    # every benchmark JSON says where it ran: backend, devices, precision, versions
+    import jax
+    import jax.numpy as jnp
+
+    common = importlib.import_module("common")
+    info = common.machine_info()
+    assert info["backend"] == jax.default_backend() and info["jax"] == jax.__version__
+    assert info["device_count"] == jax.device_count() and "jax_enable_x64" in info
+    assert common.measure_copy_bandwidth(1 << 16) > 0
+    assert common.peak_bandwidth_gbs(type("D", (), {"device_kind": "NVIDIA H100 PCIe"})) == 2000.0
+    assert common.peak_bandwidth_gbs(type("D", (), {"device_kind": "NVIDIA H200"})) == 4800.0
+    assert common.peak_bandwidth_gbs(type("D", (), {"device_kind": "cpu"})) is None
+    # the reverse pass of a cumulative product stores its intermediates: scratch grows with n
+    f = lambda x: jax.grad(lambda x: jnp.sum(jnp.cumprod(jnp.sin(x))))(x)  # noqa: E731
+    small, large = (common.compiled_memory(f, jnp.ones(n))["temp_MB"] for n in (1000, 100_000))
+    assert large > 10 * small
+    from geomjax.cli import BENCHMARK_ALIASES, BENCHMARKS
+
+    assert BENCHMARK_ALIASES["gpu"] in BENCHMARKS

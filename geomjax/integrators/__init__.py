@@ -6,6 +6,7 @@ from .lgvi import LGVI
 from .newton import newton_solve
 from .nonholonomic import NonholonomicVI
 from .rkmk import RKMK4
+from .sharding import batch_mesh, shard_batch, simulate_sharded
 from .simulate import Solution, diagnostics, load_solution, simulate, step
 from .splitting import RigidBodySplitting
 
@@ -17,10 +18,13 @@ __all__ = [
     "RigidBodySplitting",
     "Solution",
     "StepStats",
+    "batch_mesh",
     "diagnostics",
     "load_solution",
     "newton_solve",
+    "shard_batch",
     "simulate",
+    "simulate_sharded",
     "solve3",
     "step",
 ]

@@ -13,6 +13,7 @@ cheaper and more accurate than backpropagating through the unrolled iterations.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import equinox as eqx
@@ -38,7 +39,16 @@ def _tree_sub(a, b):
 
 
 def _unroll_iterations() -> bool:
-    """Unroll the fixed Newton iterations (accelerators) or keep them in a loop (CPU)."""
+    """Unroll the fixed Newton iterations (accelerators) or keep them in a loop (CPU).
+
+    ``GEOMJAX_NEWTON_UNROLL=1`` / ``0`` forces the unrolled / rolled form (read when a function is
+    traced, so that a benchmark can compile and time both on the same device); anything else,
+    or unset, is ``auto``."""
+    forced = os.environ.get("GEOMJAX_NEWTON_UNROLL", "auto").strip().lower()
+    if forced in ("1", "true", "unrolled"):
+        return True
+    if forced in ("0", "false", "rolled"):
+        return False
     return jax.default_backend() != "cpu"
 
 
