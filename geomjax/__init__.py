@@ -115,3 +115,17 @@ __all__ = [
     "step",
     "systems",
 ]
+
+# variational integrators in coordinates (issue 12)
+from . import variational
+from .integrators import RATTLE, DiscreteEulerLagrange, Impacts
+from .variational import LagrangianSystem, VariationalState
+
+__all__ += [
+    "RATTLE",
+    "DiscreteEulerLagrange",
+    "Impacts",
+    "LagrangianSystem",
+    "VariationalState",
+    "variational",
+]

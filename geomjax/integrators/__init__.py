@@ -24,3 +24,8 @@ __all__ = [
     "solve3",
     "step",
 ]
+
+# variational integrators in coordinates (issue 12)
+from .variational import RATTLE, DiscreteEulerLagrange, Impacts, discrete_legendre
+
+__all__ += ["RATTLE", "DiscreteEulerLagrange", "Impacts", "discrete_legendre"]
