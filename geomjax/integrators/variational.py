@@ -234,24 +234,25 @@ class DiscreteEulerLagrange(_VariationalMethod):
         return VariationalState(q1, p1, state.lam), StepStats(residual=res)
 
 
-def _constraint_checks(system, constraint, state, name, where):
+def _constraint_checks(system, constraint, state, names, where, hint):
     """Rank of ``G``, position and hidden constraints of a state (eager ``ValueError`` naming the
-    argument, or ``equinox.error_if`` under ``jit``)."""
+    argument, or ``equinox.error_if`` under ``jit``).  ``names``: what to call ``(q, p, lam)``."""
+    qn, pn, lamn = names
     q, p = state.q, state.p
     eps = float(jnp.finfo(q.dtype).eps)
     G = jax.jacfwd(constraint)(q)
     m = G.shape[0]
     if jnp.shape(state.lam) != (m,):
         raise ValueError(
-            f"{where}: argument '{name}.lam' must have shape ({m},) for {m} constraints, got "
-            f"{jnp.shape(state.lam)} (build the state with {where}.make_state)"
+            f"{where}: argument '{lamn}' must have shape ({m},) for {m} constraints, got "
+            f"{jnp.shape(state.lam)} (build the state with {hint})"
         )
     s = jnp.linalg.svd(G, compute_uv=False)
     bad = (m > q.shape[0]) | ~(s[-1] > eps**0.5 * s[0])
     q = _check(
         q,
         bad,
-        f"{where}: argument 'constraint' has a rank-deficient Jacobian ∂g/∂q at '{name}.q' "
+        f"{where}: argument 'constraint' has a rank-deficient Jacobian ∂g/∂q at '{qn}' "
         f"(independent constraints with full-rank G = ∂g/∂q are required)",
     )
     tol = eps**0.5
@@ -260,15 +261,15 @@ def _constraint_checks(system, constraint, state, name, where):
     q = _check(
         q,
         _max_abs(gq) > tol * scale,
-        f"{where}: argument '{name}.q' is off the constraint g(q) = 0 (use "
-        f"{where}.make_state(..., project=True) to put it on)",
+        f"{where}: argument '{qn}' is off the constraint g(q) = 0 (use {hint} with "
+        f"project=True to put it on)",
     )
     v = system.velocity(q, p)
     p = _check(
         p,
         _max_abs(G @ v) > tol * (_max_abs(G) * _max_abs(v) + jnp.finfo(q.dtype).tiny),
-        f"{where}: argument '{name}.p' violates the hidden constraint G(q) q̇ = 0 (use "
-        f"{where}.make_state(..., project=True))",
+        f"{where}: argument '{pn}' violates the hidden constraint G(q) q̇ = 0 (use {hint} with "
+        f"project=True)",
     )
     return VariationalState(q, p, state.lam)
 
@@ -341,13 +342,28 @@ class RATTLE(_VariationalMethod):
                 )
             q, p = _project(system, self.constraint, q, p)
             probe = VariationalState(q, p, probe.lam)
-        _constraint_checks(system, self.constraint, probe, "q", "RATTLE.make_state")
+        vname = "qdot" if qdot is not None else "p"
+        _constraint_checks(
+            system,
+            self.constraint,
+            probe,
+            ("q", vname, "lam"),
+            "RATTLE.make_state",
+            "RATTLE.make_state(...)",
+        )
         lam = self.multipliers(system, q, p, t)
         return VariationalState(q, p, lam)
 
     def init(self, system, state):
         # eager checks of simulate's initial state (error_if under jit)
-        return _constraint_checks(system, self.constraint, state, "state0", "RATTLE")
+        return _constraint_checks(
+            system,
+            self.constraint,
+            state,
+            ("state0.q", "state0.p", "state0.lam"),
+            "RATTLE",
+            "RATTLE(...).make_state(system, q, qdot)",
+        )
 
     def solve_step(self, system, state, dt, control=None, t=0.0):
         """One step with its internals: ``(new_state, relative_residual, info)``, ``info`` with
