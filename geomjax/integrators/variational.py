@@ -511,15 +511,19 @@ class Impacts(_VariationalMethod):
             return self.surface(self._inner(sys, st, s, u, tt)[0].q)
 
         s = jnp.clip(h_ng * f0 / (f0 - f1), lo, h_ng)
-        a, b = jnp.zeros((), dtype), h_ng
         ds = jnp.ones((), dtype)
-        for _ in range(self.root_iters):
+
+        def newton(_, c):
+            s, a, b = c
             val, dval = jax.jvp(lambda s: phi(s, sys_ng, st_ng, t_ng), (s,), (ds,))
             a = jnp.where(val > 0, s, a)
             b = jnp.where(val > 0, b, s)
             s_new = s - val / dval
             ok = jnp.isfinite(s_new) & (s_new > a) & (s_new < b)
-            s = jnp.clip(jnp.where(ok, s_new, 0.5 * (a + b)), lo, h_ng)
+            return jnp.clip(jnp.where(ok, s_new, 0.5 * (a + b)), lo, h_ng), a, b
+
+        # a loop, not unrolled: each iteration holds a whole implicit step and its tangent
+        s = jax.lax.fori_loop(0, self.root_iters, newton, (s, jnp.zeros((), dtype), h_ng))[0]
         s = jax.lax.stop_gradient(s)
         _, dval = jax.jvp(lambda s: phi(s, sys_ng, st_ng, t_ng), (s,), (ds,))
         # one Newton step with live parameters: value ≈ s, derivative −∂φ/∂θ / φ' (IFT)
@@ -535,7 +539,10 @@ class Impacts(_VariationalMethod):
         vm = system.velocity(q, pm)
         df = jax.grad(self.surface)(q)
         e = jnp.asarray(self.restitution, dtype)
-        C, c = df[None, :], jnp.reshape(-e * (df @ vm), (1,))
+        vn = df @ vm
+        # only an approaching contact (df·q̇⁻ < 0) bounces: a separating one keeps its velocity
+        # (a state pushed behind the surface by an unresolved crossing is not pulled back in)
+        C, c = df[None, :], jnp.reshape(jnp.where(vn < 0, -e * vn, vn), (1,))
         if self.constraint is not None:
             G = jax.jacfwd(self.constraint)(q)
             C = jnp.concatenate([C, G], 0)
@@ -585,8 +592,12 @@ class Impacts(_VariationalMethod):
             return jax.lax.cond(f1 < 0, hit, miss, None)
 
         carry = (state, h, t, zero, jnp.full((), jnp.nan, dtype), zero, jnp.zeros((), jnp.int32))
-        for _ in range(self.max_impacts):
-            carry = jax.lax.cond(carry[1] > 0, phase, lambda c: c, carry)
+        carry = jax.lax.fori_loop(
+            0,
+            self.max_impacts,
+            lambda _, c: jax.lax.cond(c[1] > 0, phase, lambda c: c, c),
+            carry,
+        )
 
         def finish(carry):
             st, r, tc, res = carry[:4]
