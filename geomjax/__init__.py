@@ -122,3 +122,17 @@ __all__ = [
 from .integrators import Composition, ReversibleAdjoint
 
 __all__ += ["Composition", "ReversibleAdjoint"]
+
+# variational integrators in coordinates (issue 12)
+from . import variational  # noqa: E402
+from .integrators import RATTLE, DiscreteEulerLagrange, Impacts  # noqa: E402
+from .variational import LagrangianSystem, VariationalState  # noqa: E402
+
+__all__ += [
+    "RATTLE",
+    "DiscreteEulerLagrange",
+    "Impacts",
+    "LagrangianSystem",
+    "VariationalState",
+    "variational",
+]

@@ -34,3 +34,8 @@ from .adjoint import ReversibleAdjoint, reconstruction_error
 from .composition import SCHEMES, Composition
 
 __all__ += ["SCHEMES", "Composition", "ReversibleAdjoint", "reconstruction_error"]
+
+# variational integrators in coordinates (issue 12)
+from .variational import RATTLE, DiscreteEulerLagrange, Impacts, discrete_legendre  # noqa: E402
+
+__all__ += ["RATTLE", "DiscreteEulerLagrange", "Impacts", "discrete_legendre"]

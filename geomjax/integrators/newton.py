@@ -77,6 +77,8 @@ def _newton_jvp(primals, tangents, *, residual, jac_solve, iters):
         return (x, r), zeros
     # implicit function theorem: J dx + (∂r/∂a) da = 0 at the solution
     _, r_dot = eqx.filter_jvp(lambda a: residual(x, a), (args,), (t_args,))
+    if r_dot is None:  # every tangent was a symbolic zero (e.g. only stop_gradient'ed inputs)
+        return (x, r), zeros
     x_stop, args_stop = jax.lax.stop_gradient((x, args))
     dx = jax.tree_util.tree_map(jnp.negative, jac_solve(x_stop, args_stop, r_dot))
     return (x, r), (dx, zeros[1])
