@@ -115,3 +115,30 @@ __all__ = [
     "step",
     "systems",
 ]
+
+# --- base-controlled systems, reconstruction and geometric phases (seed 004) -------------------
+from . import reconstruction
+from .reconstruction import (
+    BaseControlledSystem,
+    HorizontalLift,
+    MomentumLGVI,
+    Reconstruction,
+    ReconstructionRKMK4,
+    holonomy,
+    reconstruct,
+    so3_phases,
+    solid_angle,
+)
+
+__all__ += [
+    "BaseControlledSystem",
+    "HorizontalLift",
+    "MomentumLGVI",
+    "Reconstruction",
+    "ReconstructionRKMK4",
+    "holonomy",
+    "reconstruct",
+    "reconstruction",
+    "so3_phases",
+    "solid_angle",
+]
