@@ -136,3 +136,30 @@ __all__ += [
     "VariationalState",
     "variational",
 ]
+
+# --- base-controlled systems, reconstruction and geometric phases (seed 004) -------------------
+from . import reconstruction  # noqa: E402
+from .reconstruction import (  # noqa: E402
+    BaseControlledSystem,
+    HorizontalLift,
+    MomentumLGVI,
+    Reconstruction,
+    ReconstructionRKMK4,
+    holonomy,
+    reconstruct,
+    so3_phases,
+    solid_angle,
+)
+
+__all__ += [
+    "BaseControlledSystem",
+    "HorizontalLift",
+    "MomentumLGVI",
+    "Reconstruction",
+    "ReconstructionRKMK4",
+    "holonomy",
+    "reconstruct",
+    "reconstruction",
+    "so3_phases",
+    "solid_angle",
+]
