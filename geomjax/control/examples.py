@@ -1,0 +1,492 @@
+"""Worked trajectory-optimization problems (issue 11), each a small :class:`equinox.Module` with
+``initial_params()``, ``loss(params)``, ``simulate(params)`` and ``errors(params)``.
+
+* :class:`AttitudeManeuver` — rest-to-rest reorientation of a rigid body on SO(3) by control
+  torques through the forced LGVI, minimum effort with the final attitude and rest as penalties.
+* :class:`PoseManeuver` — the same on SE(3) (:class:`geomjax.RigidBodySE3`, body wrenches).
+* :class:`BallOnPlate` — a closed contact path on a fixed plate that brings a rolling ball back to
+  its start with a target orientation (the rolling kinematics are a horizontal lift).
+* :class:`ShapeReorientation` — zero-angular-momentum reorientation of a body by a closed loop of
+  its shape (point masses moved in the body frame; falling-cat type).
+
+The kinematic examples integrate a left- or right-invariant ODE ``ġ = g ξ(t)`` / ``ġ = ξ(t) g`` on
+the group with :class:`Magnus4` (fourth-order Magnus, two Gauss points) through the one driver
+:func:`geomjax.simulate`.  (A general reconstruction framework for base-controlled systems is the
+subject of :mod:`geomjax.reconstruction`; these examples only need the reconstruction ODE with a
+known velocity, which is what :class:`KinematicSystem` encodes.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ..integrators.base import AbstractMethod, StepStats
+from ..integrators.lgvi import LGVI
+from ..integrators.simulate import simulate
+from ..lie import SE3, SO3, LieGroup
+from ..systems.base import LieGroupState
+from ..systems.rigid_body import RigidBody, RigidBodySE3, RigidBodyState
+from .curves import FourierLoop, Trajectory
+from .losses import control_effort, group_distance, path_energy
+
+__all__ = [
+    "AttitudeManeuver",
+    "BallOnPlate",
+    "KinematicState",
+    "KinematicSystem",
+    "Magnus4",
+    "PoseManeuver",
+    "ShapeReorientation",
+    "sine_basis_controls",
+]
+
+_GAUSS = (0.5 - math.sqrt(3) / 6, 0.5 + math.sqrt(3) / 6)
+
+
+def sine_basis_controls(coeffs, steps: int):
+    """Zero-order-hold controls ``u_k = Σ_j c_j sin(π j (k + ½)/steps)`` ``(steps, m)`` from
+    coefficients ``(J, m)``: a smooth control that vanishes at both ends (rest to rest)."""
+    J = coeffs.shape[0]
+    s = (jnp.arange(steps, dtype=coeffs.dtype) + 0.5) / steps
+    basis = jnp.sin(math.pi * jnp.arange(1, J + 1, dtype=coeffs.dtype)[None, :] * s[:, None])
+    return basis @ coeffs
+
+
+# --- example 4: rigid-body attitude on SO(3) and pose on SE(3) -------------------------------------
+class AttitudeManeuver(eqx.Module):
+    """Rest-to-rest attitude manoeuvre of a rigid body by body torques (forced LGVI, seed-free:
+    Lee, Leok & McClamroch's discrete Euler equations with the control in the discrete
+    Lagrange–d'Alembert principle).
+
+    Controls: ``u(t) = Σ_j c_j sin(π j t/T)`` sampled at step midpoints, parameters ``c`` ``(J, 3)``.
+    Loss: ``½∫|u|² dt + w (‖log(R_target⁻¹ R(T))‖² + T²|Ω(T)|²)``; the penalty weight ``w`` makes the
+    terminal error ``O(1/w)`` (documented initial guess: ``c = 0``, no torque).
+    """
+
+    system: RigidBody
+    R0: jax.Array
+    R_target: jax.Array
+    duration: float = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+    modes: int = eqx.field(static=True)
+    weight: float = eqx.field(static=True)
+    checkpoint: bool = eqx.field(static=True)
+    method: LGVI = LGVI()
+
+    def __init__(
+        self,
+        inertia=(1.0, 2.0, 3.0),
+        R_target=None,
+        R0=None,
+        duration: float = 4.0,
+        steps: int = 200,
+        modes: int = 6,
+        weight: float = 1e6,
+        checkpoint: bool = True,
+    ):
+        self.system = RigidBody(jnp.asarray(inertia, dtype=jnp.result_type(float)))
+        dtype = self.system.inertia.dtype
+        if R_target is None:
+            axis = jnp.array([1.0, 2.0, -1.0], dtype) / math.sqrt(6.0)
+            R_target = SO3.from_axis_angle(axis, jnp.asarray(1.5, dtype))
+        self.R_target = jnp.asarray(R_target, dtype)
+        self.R0 = jnp.eye(3, dtype=dtype) if R0 is None else jnp.asarray(R0, dtype)
+        if not (isinstance(steps, int) and steps >= 1 and isinstance(modes, int) and modes >= 1):
+            raise ValueError("AttitudeManeuver: 'steps' and 'modes' must be positive ints")
+        self.duration, self.steps, self.modes = float(duration), steps, modes
+        self.weight, self.checkpoint = float(weight), checkpoint
+        self.method = LGVI()
+
+    @property
+    def dt(self) -> float:
+        return self.duration / self.steps
+
+    def initial_params(self):
+        return jnp.zeros((self.modes, 3), self.R0.dtype)
+
+    def controls(self, params):
+        """``(steps, 3)`` body torques (zero-order hold)."""
+        return sine_basis_controls(params, self.steps)
+
+    def simulate(self, params):
+        state0 = RigidBodyState(self.R0, jnp.zeros(3, self.R0.dtype))
+        every = _save_every(self.steps) if self.checkpoint else 1
+        return simulate(
+            self.system,
+            self.method,
+            state0,
+            self.dt,
+            self.steps,
+            controls=self.controls(params),
+            save_every=every,
+            checkpoint=self.checkpoint,
+            check_inputs=False,
+        )
+
+    def terminal_error(self, params):
+        final = self.simulate(params).final_state
+        angle = group_distance(SO3, final.R, self.R_target)
+        rate = self.duration**2 * jnp.sum(self.system.velocity(final.Pi) ** 2)
+        return angle, rate
+
+    def loss(self, params):
+        angle, rate = self.terminal_error(params)
+        return control_effort(self.controls(params), self.dt) + self.weight * (angle + rate)
+
+    def errors(self, params) -> dict:
+        """``{"angle": rad, "rate": |Ω(T)| rad/s, "effort"}`` of the LGVI solution."""
+        final = self.simulate(params).final_state
+        return {
+            "angle": group_distance(SO3, final.R, self.R_target, squared=False),
+            "rate": jnp.linalg.norm(self.system.velocity(final.Pi)),
+            "effort": control_effort(self.controls(params), self.dt),
+        }
+
+
+class PoseManeuver(eqx.Module):
+    """Rest-to-rest manoeuvre of a free rigid body on SE(3) (:class:`geomjax.RigidBodySE3`, centre
+    of mass at the body origin) to a target pose by body wrenches ``(torque, force)``.
+
+    Controls: ``u(t) = Σ_j c_j sin(π j t/T)``, ``c`` ``(J, 6)``.  Loss: ``½∫|u|² dt + w
+    (‖log(g_target⁻¹ g(T))‖² + T²|ξ(T)|²)`` (rotation in rad, translation in length units; the
+    documented initial guess is ``c = 0``).
+    """
+
+    system: RigidBodySE3
+    g0: jax.Array
+    g_target: jax.Array
+    duration: float = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+    modes: int = eqx.field(static=True)
+    weight: float = eqx.field(static=True)
+    checkpoint: bool = eqx.field(static=True)
+    method: LGVI = LGVI()
+
+    def __init__(
+        self,
+        mass=2.0,
+        inertia=(1.0, 2.0, 3.0),
+        g_target=None,
+        duration: float = 4.0,
+        steps: int = 100,
+        modes: int = 5,
+        weight: float = 1e6,
+        checkpoint: bool = True,
+    ):
+        self.system = RigidBodySE3(mass, jnp.asarray(inertia, dtype=jnp.result_type(float)))
+        dtype = self.system.inertia.dtype
+        if g_target is None:
+            axis = jnp.array([0.0, 1.0, 1.0], dtype) / math.sqrt(2.0)
+            R = SO3.from_axis_angle(axis, jnp.asarray(1.0, dtype))
+            g_target = SE3.from_rotation_translation(R, jnp.array([1.0, -0.5, 0.3], dtype))
+        self.g_target = jnp.asarray(g_target, dtype)
+        self.g0 = jnp.eye(4, dtype=dtype)
+        self.duration, self.steps, self.modes = float(duration), steps, modes
+        self.weight, self.checkpoint = float(weight), checkpoint
+        self.method = LGVI()
+
+    @property
+    def dt(self) -> float:
+        return self.duration / self.steps
+
+    def initial_params(self):
+        return jnp.zeros((self.modes, 6), self.g0.dtype)
+
+    def controls(self, params):
+        return sine_basis_controls(params, self.steps)
+
+    def simulate(self, params):
+        state0 = LieGroupState(self.g0, jnp.zeros(6, self.g0.dtype))
+        every = _save_every(self.steps) if self.checkpoint else 1
+        return simulate(
+            self.system,
+            self.method,
+            state0,
+            self.dt,
+            self.steps,
+            controls=self.controls(params),
+            save_every=every,
+            checkpoint=self.checkpoint,
+            check_inputs=False,
+        )
+
+    def loss(self, params):
+        final = self.simulate(params).final_state
+        err = group_distance(SE3, final.g, self.g_target)
+        rate = self.duration**2 * jnp.sum(self.system.velocity(final.mu) ** 2)
+        return control_effort(self.controls(params), self.dt) + self.weight * (err + rate)
+
+    def errors(self, params) -> dict:
+        final = self.simulate(params).final_state
+        R, x = SE3.rotation(final.g), SE3.translation(final.g)
+        Rt, xt = SE3.rotation(self.g_target), SE3.translation(self.g_target)
+        return {
+            "angle": group_distance(SO3, R, Rt, squared=False),
+            "position": jnp.linalg.norm(x - xt),
+            "rate": jnp.linalg.norm(self.system.velocity(final.mu)),
+            "effort": control_effort(self.controls(params), self.dt),
+        }
+
+
+def _save_every(steps: int) -> int:
+    """The divisor of ``steps`` closest to ``sqrt(steps)`` (checkpointing: memory ``O(sqrt)``)."""
+    r = math.sqrt(steps)
+    return min((d for d in range(1, steps + 1) if steps % d == 0), key=lambda d: abs(d - r))
+
+
+# --- kinematic reconstruction ODE on a group ------------------------------------------------------
+class KinematicState(eqx.Module):
+    """A point ``g`` of the group (the fiber variable of a base-controlled system)."""
+
+    g: jax.Array
+
+
+class KinematicSystem(eqx.Module):
+    """``ġ = g ξ(t)`` (``side="left"``, body velocity) or ``ġ = ξ(t) g`` (``side="right"``,
+    spatial velocity) with ``ξ`` given as the control: the reconstruction equation of a
+    base-controlled system whose base curve is prescribed (seed 004 §2–4).
+
+    The control of step ``k`` is ``(2, dim)``: ``ξ`` at the two Gauss points of the step."""
+
+    group: LieGroup = eqx.field(static=True)
+    side: Literal["left", "right"] = eqx.field(static=True, default="left")
+
+    def check_state(self, state, name="state0"):
+        return state
+
+
+class Magnus4(AbstractMethod):
+    """Fourth-order Magnus integrator for :class:`KinematicSystem` (Iserles–Nørsett): with ``ξ₁, ξ₂``
+    at the Gauss points ``t_k + (½ ∓ √3/6) h``,
+
+        Ω = h/2 (ξ₁ + ξ₂) − (√3/12) h² [ξ₁, ξ₂],   g_{k+1} = g_k exp(Ω)  (left)
+
+    and ``g_{k+1} = exp(Ω') g_k`` with the commutator sign flipped for the right-invariant
+    equation.  Explicit; stays on the group to round-off."""
+
+    order: ClassVar[int] = 4
+
+    def supports(self, system) -> bool:
+        return isinstance(system, KinematicSystem)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        G = system.group
+        g = state.g
+        h = jnp.asarray(dt, g.dtype)
+        x1, x2 = control[0], control[1]
+        comm = G.vee(G.hat(x1) @ G.hat(x2) - G.hat(x2) @ G.hat(x1))
+        if system.side == "left":
+            Om = 0.5 * h * (x1 + x2) - math.sqrt(3) / 12 * h**2 * comm
+            g1 = G.compose(g, G.exp(Om))
+        else:
+            Om = 0.5 * h * (x1 + x2) + math.sqrt(3) / 12 * h**2 * comm
+            g1 = G.compose(G.exp(Om), g)
+        return KinematicState(g1), StepStats.explicit(g.dtype)
+
+
+def gauss_times(duration, steps, dtype):
+    """``(steps, 2)`` Gauss-point times of ``steps`` equal steps over ``[0, duration]``."""
+    h = duration / steps
+    k = jnp.arange(steps, dtype=dtype)[:, None]
+    return h * (k + jnp.asarray(_GAUSS, dtype)[None, :])
+
+
+def _reconstruct(group, side, g0, xi, duration, steps, checkpoint):
+    every = _save_every(steps) if checkpoint else 1
+    return simulate(
+        KinematicSystem(group, side),
+        Magnus4(),
+        KinematicState(g0),
+        duration / steps,
+        steps,
+        controls=xi,
+        save_every=every,
+        checkpoint=checkpoint,
+        check_inputs=False,
+    )
+
+
+# --- example 2: ball rolling on a fixed plate ------------------------------------------------------
+class BallOnPlate(eqx.Module):
+    """A ball of radius ``a`` rolling without slipping or spinning (about the vertical) on a fixed
+    plane, its contact point following a closed loop ``x(t)`` in the plane.
+
+    No slip gives the centre velocity ``ẋ = ω × a e_z``; no spin gives ``ω·e_z = 0``; hence
+    ``ω = e_z × ẋ / a`` and the attitude solves the right-invariant equation ``Ṙ = hat(ω) R`` — the
+    horizontal lift of the contact curve.  A closed loop brings the ball back to its start; its
+    holonomy is the orientation change.  Parameters: a :class:`FourierLoop` in R² traversed with the
+    rest-to-rest time law; loss ``‖log(R_target⁻¹ R(T))‖² + effort_weight ½∫|ẋ|² dt``.
+    Documented initial guess: the circle of radius 1 around the origin (``modes`` Fourier modes).
+    """
+
+    radius: float = eqx.field(static=True)
+    R_target: jax.Array
+    duration: float = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+    modes: int = eqx.field(static=True)
+    effort_weight: float = eqx.field(static=True)
+    checkpoint: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        radius=1.0,
+        R_target=None,
+        duration=2.0,
+        steps=100,
+        modes=3,
+        effort_weight=1e-6,
+        checkpoint=True,
+    ):
+        dtype = jnp.result_type(float)
+        if R_target is None:
+            R_target = SO3.from_axis_angle(
+                jnp.array([1.0, -1.0, 2.0], dtype) / math.sqrt(6.0), jnp.asarray(1.0, dtype)
+            )
+        self.radius = float(radius)
+        self.R_target = jnp.asarray(R_target, dtype)
+        self.duration, self.steps, self.modes = float(duration), steps, modes
+        self.effort_weight, self.checkpoint = float(effort_weight), checkpoint
+
+    def initial_params(self):
+        return FourierLoop.circle(jnp.zeros(2, self.R_target.dtype), 1.0, modes=self.modes)
+
+    def trajectory(self, loop):
+        return Trajectory(loop, self.duration)
+
+    def spatial_angular_velocity(self, v):
+        """``ω = e_z × v / a`` for the contact (= centre) velocity ``v`` ``(..., 2)``."""
+        return jnp.stack([-v[..., 1], v[..., 0], jnp.zeros_like(v[..., 0])], -1) / self.radius
+
+    def simulate(self, loop):
+        traj = self.trajectory(loop)
+        ts = gauss_times(self.duration, self.steps, self.R_target.dtype)
+        v = jax.vmap(jax.vmap(traj.velocity))(ts)
+        xi = self.spatial_angular_velocity(v)
+        R0 = jnp.eye(3, dtype=self.R_target.dtype)
+        return _reconstruct(SO3, "right", R0, xi, self.duration, self.steps, self.checkpoint)
+
+    def effort(self, loop):
+        traj = self.trajectory(loop)
+        h = self.duration / self.steps
+        ts = h * (jnp.arange(self.steps, dtype=self.R_target.dtype) + 0.5)
+        return path_energy(jax.vmap(traj.velocity)(ts), h)
+
+    def loss(self, loop):
+        R = self.simulate(loop).final_state.g
+        return group_distance(SO3, R, self.R_target) + self.effort_weight * self.effort(loop)
+
+    def errors(self, loop) -> dict:
+        R = self.simulate(loop).final_state.g
+        x = self.trajectory(loop)
+        return {
+            "angle": group_distance(SO3, R, self.R_target, squared=False),
+            "position": jnp.linalg.norm(x(self.duration) - x(0.0)),
+        }
+
+
+# --- example 3: zero-angular-momentum reorientation by shape change -------------------------------
+class ShapeReorientation(eqx.Module):
+    """A free body (inertia ``I_body`` about its centre of mass, SO(3) attitude ``R``) carrying
+    ``n`` point masses ``m_i`` that it moves along prescribed body-frame positions ``r_i(t)``
+    (its shape); zero total angular momentum, no external forces (falling-cat type).
+
+    With the body's centre of mass at the system's centre of mass (the masses move in pairs
+    ``r, −r`` — "linked" — so that their centre stays at the body's), the total angular momentum
+    in body coordinates is ``I_loc(r) Ω + Σ m_i r_i × ṙ_i = 0``, ``I_loc = I_body + Σ m_i
+    (|r_i|² 1 − r_i r_iᵀ)``; hence ``Ω = −I_loc⁻¹ Σ m_i r_i × ṙ_i`` and ``Ṙ = R hat(Ω)`` (the
+    mechanical connection; a closed shape loop gives the geometric phase).
+
+    Parameters: a :class:`FourierLoop` in R^{3p} (the positions of the ``p`` pairs), rest-to-rest
+    time law; loss ``‖log(R_target⁻¹ R(T))‖² + effort_weight ½∫|ṙ|² dt``.  Documented initial
+    guess: :meth:`initial_params` (each pair on a small circle in a coordinate plane).
+    """
+
+    inertia: jax.Array
+    masses: jax.Array
+    R_target: jax.Array
+    duration: float = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+    modes: int = eqx.field(static=True)
+    effort_weight: float = eqx.field(static=True)
+    checkpoint: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        inertia=(1.0, 1.5, 2.0),
+        masses=(0.5, 0.5),
+        R_target=None,
+        duration=2.0,
+        steps=100,
+        modes=2,
+        effort_weight=1e-6,
+        checkpoint=True,
+    ):
+        dtype = jnp.result_type(float)
+        self.inertia = jnp.diag(jnp.asarray(inertia, dtype))
+        self.masses = jnp.asarray(masses, dtype)
+        if self.masses.ndim != 1:
+            raise ValueError("ShapeReorientation: 'masses' must be (p,), one mass per pair")
+        if R_target is None:
+            R_target = SO3.from_axis_angle(
+                jnp.array([0.0, 0.0, 1.0], dtype), jnp.asarray(0.5, dtype)
+            )
+        self.R_target = jnp.asarray(R_target, dtype)
+        self.duration, self.steps, self.modes = float(duration), steps, modes
+        self.effort_weight, self.checkpoint = float(effort_weight), checkpoint
+
+    @property
+    def pairs(self) -> int:
+        return self.masses.shape[0]
+
+    def initial_params(self):
+        """Pair ``i`` circles (radius 0.3) around ``(1, 0, 0)``-type offsets in a coordinate
+        plane: pair 0 around ``e_x`` in the x–y plane, pair 1 around ``e_y`` in the y–z plane."""
+        dtype = self.R_target.dtype
+        p = self.pairs
+        center = jnp.zeros(3 * p, dtype)
+        cos = jnp.zeros((self.modes, 3 * p), dtype)
+        sin = jnp.zeros((self.modes, 3 * p), dtype)
+        for i in range(p):
+            a, b = i % 3, (i + 1) % 3
+            center = center.at[3 * i + a].set(1.0)
+            cos = cos.at[0, 3 * i + a].set(0.3)
+            sin = sin.at[0, 3 * i + b].set(0.3)
+        return FourierLoop(center, cos, sin)
+
+    def body_velocity(self, r, rdot):
+        """``Ω = −I_loc(r)⁻¹ Σ 2 m_i r_i × ṙ_i`` (each pair ``±r_i`` counts twice) ``(3,)``."""
+        r = r.reshape(-1, 3)
+        rdot = rdot.reshape(-1, 3)
+        m2 = 2 * self.masses[:, None, None]
+        eye = jnp.eye(3, dtype=r.dtype)
+        Iloc = self.inertia + jnp.sum(
+            m2 * (jnp.sum(r**2, -1)[:, None, None] * eye - r[:, :, None] * r[:, None, :]), 0
+        )
+        J = jnp.sum(2 * self.masses[:, None] * jnp.cross(r, rdot), 0)
+        return -jnp.linalg.solve(Iloc, J)
+
+    def simulate(self, loop):
+        traj = Trajectory(loop, self.duration)
+        ts = gauss_times(self.duration, self.steps, self.R_target.dtype)
+        xi = jax.vmap(jax.vmap(lambda t: self.body_velocity(traj(t), traj.velocity(t))))(ts)
+        R0 = jnp.eye(3, dtype=self.R_target.dtype)
+        return _reconstruct(SO3, "left", R0, xi, self.duration, self.steps, self.checkpoint)
+
+    def effort(self, loop):
+        traj = Trajectory(loop, self.duration)
+        h = self.duration / self.steps
+        ts = h * (jnp.arange(self.steps, dtype=self.R_target.dtype) + 0.5)
+        return path_energy(jax.vmap(traj.velocity)(ts), h)
+
+    def loss(self, loop):
+        R = self.simulate(loop).final_state.g
+        return group_distance(SO3, R, self.R_target) + self.effort_weight * self.effort(loop)
+
+    def errors(self, loop) -> dict:
+        R = self.simulate(loop).final_state.g
+        return {"angle": group_distance(SO3, R, self.R_target, squared=False)}
