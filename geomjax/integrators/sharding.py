@@ -110,8 +110,10 @@ def simulate_sharded(
 
     Returns:
         :class:`Solution` with a leading batch axis on every array (``ts`` ``(B, n_save + 1)``,
-        states ``(B, n_save + 1, ...)``), sharded over ``mesh``: the same values as
-        ``jax.vmap(simulate)`` (each device runs exactly that program on its shard).
+        states ``(B, n_save + 1, ...)``), sharded over ``mesh``: the values of
+        ``jax.vmap(simulate)`` to round-off (each device runs that program on its shard; only
+        the length of the vectorized loops differs, which can change XLA's FMA contraction).
+        With padding the first ``B`` rows are returned (their layout is then XLA's choice).
 
     Call it under ``jax.jit`` (like :func:`simulate`, it traces on every eager call); it is
     differentiable (reverse mode sums the cotangents of replicated arguments over devices).
