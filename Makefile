@@ -33,3 +33,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results
+
+# long-horizon soak (minutes; not part of `make test`): prints a table, JSON in benchmarks/results
+.PHONY: soak
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py
