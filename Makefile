@@ -38,3 +38,8 @@ bench-gpu: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results
+
+# long-horizon soak (minutes; not part of `make test`): prints a table, JSON in benchmarks/results
+.PHONY: soak
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py

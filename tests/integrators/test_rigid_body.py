@@ -218,16 +218,20 @@ def test_checkpointed_gradient_equals_plain():
 def test_step_is_one_step_of_simulate():
     sol = gj.simulate(RB, gj.LGVI(), S0, 0.02, 1)
     one = gj.step(RB, S0, 0.02)
-    np.testing.assert_array_equal(one.R, sol.states.R[1])
-    np.testing.assert_array_equal(one.Pi, sol.states.Pi[1])
+    # the same arithmetic, but eager op-by-op vs fused in a scan: XLA may contract a*b+c into an
+    # FMA differently (GPU does), so not bitwise; one step is O(100) roundings of O(1)
+    # conditioning, hence ≤ 1e3·eps·|x| (round-off level, ≥ 10× margin)
+    tol = 1e3 * np.finfo(np.float64).eps * float(jnp.max(jnp.abs(S0.Pi)))
+    np.testing.assert_allclose(one.R, sol.states.R[1], rtol=0, atol=tol)
+    np.testing.assert_allclose(one.Pi, sol.states.Pi[1], rtol=0, atol=tol)
     u = jnp.array([0.3, -0.2, 0.1])
     ref = gj.simulate(RB, gj.RKMK4(), S0, 0.02, 1, controls=u[None])
     two = jax.jit(lambda s: gj.step(RB, s, 0.02, u, method=gj.RKMK4()))(S0)
     # the argument order of simulate is accepted as well
     three = gj.step(RB, gj.RKMK4(), S0, 0.02, u)
     for out in (two, three):
-        np.testing.assert_allclose(out.R, ref.states.R[1], rtol=0, atol=1e-15)
-        np.testing.assert_allclose(out.Pi, ref.states.Pi[1], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(out.R, ref.states.R[1], rtol=0, atol=tol)
+        np.testing.assert_allclose(out.Pi, ref.states.Pi[1], rtol=0, atol=tol)
     with pytest.raises(ValueError, match="'method' given twice"):
         gj.step(RB, gj.RKMK4(), S0, 0.02, method=gj.LGVI())
 
@@ -235,15 +239,17 @@ def test_step_is_one_step_of_simulate():
 def test_jit_equals_eager_and_vmap_equals_loop():
     eager = gj.simulate(RB, gj.LGVI(), S0, 0.02, 50)
     jitted = eqx.filter_jit(gj.simulate)(RB, gj.LGVI(), S0, 0.02, 50)
-    np.testing.assert_allclose(eager.states.Pi, jitted.states.Pi, rtol=1e-14, atol=1e-15)
+    # 50 steps of round-off-level differences (FMA contraction may differ between the eager
+    # scan and the jitted one): ≤ 50 · 1e2 eps relative for this integrable (non-chaotic) flow
+    np.testing.assert_allclose(eager.states.Pi, jitted.states.Pi, rtol=1e-11, atol=1e-13)
     pis = jnp.stack([PI0, 2 * PI0, -PI0 + 0.1])
     batched = jax.vmap(
         lambda pi: gj.simulate(RB, gj.LGVI(), gj.RigidBodyState(R0, pi), 0.02, 50).states
     )(pis)
     for k in range(3):
         one = gj.simulate(RB, gj.LGVI(), gj.RigidBodyState(R0, pis[k]), 0.02, 50).states
-        np.testing.assert_allclose(batched.Pi[k], one.Pi, rtol=1e-13, atol=1e-15)
-        np.testing.assert_allclose(batched.R[k], one.R, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(batched.Pi[k], one.Pi, rtol=1e-11, atol=1e-13)
+        np.testing.assert_allclose(batched.R[k], one.R, rtol=1e-11, atol=1e-13)
 
 
 @pytest.mark.parametrize(

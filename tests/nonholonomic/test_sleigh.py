@@ -260,7 +260,7 @@ def test_bad_inputs_raise_clear_errors():
         gj.simulate(gj.RigidBody(jnp.ones(3)), VI, S0, 0.01, 10)
     # make_state(project=True) repairs a velocity off the constraint (kinetic-metric projection)
     s = SLEIGH.make_state(S0.g, None, jnp.array([1.0, 0.5, 0.3]), project=True)
-    assert abs(float(s.v[2])) < 1e-15
+    assert abs(float(s.v[2])) < 1e-14  # round-off of |v| ~ 1 (a few ulps; 45 eps bound)
 
 
 def test_unconverged_solves_are_visible():

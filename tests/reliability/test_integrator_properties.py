@@ -33,6 +33,13 @@ DTYPES = [np.float64, np.float32]
 C = 50.0
 
 
+def _examples(n: int) -> int:
+    """``n`` examples in the default profile (the file stays fast); the profile's own count under
+    ``HYPOTHESIS_PROFILE=thorough``."""
+    default = settings.default.max_examples
+    return n if default <= 20 else default
+
+
 def _eps(dtype):
     return float(np.finfo(dtype).eps)
 
@@ -87,7 +94,7 @@ def _dt(m, dtype, hxi=0.2):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("batch", BATCHES, ids=str)
-@settings(max_examples=6)
+@settings(max_examples=_examples(6))
 @given(seed=st.integers(0, 2**30), near_symmetric=st.booleans())
 def test_lgvi_momentum_casimir_and_group(batch, dtype, seed, near_symmetric):
     full = len(batch) == 1  # one compiled variant per case: full tensors on the (5,) batch
@@ -109,7 +116,7 @@ def test_lgvi_momentum_casimir_and_group(batch, dtype, seed, near_symmetric):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
-@settings(max_examples=8)
+@settings(max_examples=_examples(8))
 @given(seed=st.integers(0, 2**30), near_symmetric=st.booleans())
 def test_lgvi_is_symmetric(dtype, seed, near_symmetric):
     """One step forward with h, one with −h: back to the start (LGVI is self-adjoint)."""
@@ -126,7 +133,7 @@ def test_lgvi_is_symmetric(dtype, seed, near_symmetric):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
-@settings(max_examples=4)
+@settings(max_examples=_examples(4))
 @given(seed=st.integers(0, 2**30))
 def test_vmap_equals_loop_and_jit_equals_eager(dtype, seed):
     """The batched run equals the per-member runs, and a jitted step equals the eager step, to
@@ -159,7 +166,7 @@ def _objective(moments, pi0, R0, dt):
 _objective_grad = jax.jit(jax.grad(_objective, argnums=(0, 1)))
 
 
-@settings(max_examples=4)
+@settings(max_examples=_examples(3))
 @given(seed=st.integers(0, 2**30))
 def test_gradient_matches_central_differences(seed):
     """d/d(I, Π₀) of a smooth function of the final state vs central differences (float64).
@@ -224,7 +231,7 @@ def nh_run(system, state0, dt):
 @pytest.mark.parametrize(
     "make", [_sleigh, _suslov, _vertical_disk], ids=["sleigh", "suslov", "vdisk"]
 )
-@settings(max_examples=3)
+@settings(max_examples=_examples(2))
 @given(seed=st.integers(0, 2**30))
 def test_nonholonomic_vi_constraint_at_every_node(make, seed):
     """Random parameters and a random velocity projected onto the constraints: the constraint
