@@ -14,6 +14,8 @@ BENCHMARKS = {
     "rigid-body": "bench_rigid_body.py",
     "riemann": "bench_riemann.py",
     "nonholonomic": "bench_nonholonomic.py",
+    "work-precision": "bench_work_precision.py",
+    "adjoint": "bench_adjoint.py",
 }
 
 
