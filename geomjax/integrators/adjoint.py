@@ -131,7 +131,7 @@ def _max_abs_diff(a, b):
     return jnp.max(
         jnp.stack(
             [
-                jnp.max(jnp.abs(x - y))
+                jnp.max(jnp.abs(x - y), initial=0.0)
                 for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
             ]
         )

@@ -1,0 +1,232 @@
+"""Gradients through long runs: plain reverse mode vs ``checkpoint=True`` vs
+``adjoint=ReversibleAdjoint()`` (time and memory against the number of steps), a bare-scan RK4
+gradient of the same problem, batch-1024 gradients against the forward run, and the
+reconstruction error of the initial state (regular and chaotic motion).
+
+    python benchmarks/bench_adjoint.py [--fast]     (or: geomjax bench adjoint)
+
+Problem: free rigid body I = (1, 2, 3), dt = 0.01, LGVI (Cayley), float64; loss = a fixed linear
+functional of the final (R, Pi); gradient with respect to Pi0 and the principal moments.
+Memory: XLA's buffer assignment of the compiled gradient (``memory_analysis().temp_size_in_bytes``:
+the scratch memory the computation needs besides its inputs and outputs), the figure that
+grows with the trajectory stored for reverse mode.  Time: median wall time, compile separately.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+from common import fast_mode, print_table, save_figure, write_json
+
+jax.config.update("jax_enable_x64", True)
+
+import geomjax as gj  # noqa: E402
+from geomjax.integrators import reconstruction_error  # noqa: E402
+from geomjax.systems import HeavyTop  # noqa: E402
+
+DT = 0.01
+R0 = gj.SO3.exp(jnp.array([0.3, -0.2, 0.5]))
+PI0 = jnp.array([0.8, -0.3, 1.1])
+MOMENTS = jnp.array([1.0, 2.0, 3.0])
+W_R = jnp.arange(9.0).reshape(3, 3) / 9.0
+W_PI = jnp.array([0.3, -1.0, 0.7])
+
+
+def _near_sqrt_divisor(n):
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divs, key=lambda d: abs(math.log(d) - 0.5 * math.log(n)))
+
+
+def lgvi_loss(steps, mode):
+    def loss(pi0, moments):
+        kw = {}
+        if mode == "checkpoint":
+            kw = {"save_every": _near_sqrt_divisor(steps), "checkpoint": True}
+        elif mode == "reversible":
+            kw = {"save_every": steps, "adjoint": gj.ReversibleAdjoint()}
+        else:
+            kw = {"save_every": steps}
+        sol = gj.simulate(
+            gj.RigidBody(moments), gj.LGVI(), gj.RigidBodyState(R0, pi0), DT, steps, **kw
+        )
+        s = sol.final_state
+        return jnp.sum(W_R * s.R) + jnp.sum(W_PI * s.Pi)
+
+    return loss
+
+
+def rk4_loss(steps):
+    """The same problem in a bare lax.scan: classical RK4 on y = (R, Pi) in R^12."""
+
+    def rhs(y, moments):
+        R, Pi = y[:9].reshape(3, 3), y[9:]
+        Om = Pi / moments
+        return jnp.concatenate([(R @ gj.SO3.hat(Om)).reshape(9), jnp.cross(Pi, Om)])
+
+    def loss(pi0, moments):
+        def step(y, _):
+            k1 = rhs(y, moments)
+            k2 = rhs(y + 0.5 * DT * k1, moments)
+            k3 = rhs(y + 0.5 * DT * k2, moments)
+            k4 = rhs(y + DT * k3, moments)
+            return y + DT / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+        y, _ = jax.lax.scan(step, jnp.concatenate([R0.reshape(9), pi0]), None, length=steps)
+        return jnp.sum(W_R.reshape(9) * y[:9]) + jnp.sum(W_PI * y[9:])
+
+    return loss
+
+
+def measure(fn, *args, fast):
+    """(compile s, run s, temp bytes) of ``jax.jit(fn)``."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    temp = None if mem is None else int(mem.temp_size_in_bytes)
+    jax.block_until_ready(compiled(*args))  # warm-up
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    per = max(1, int((0.05 if fast else 0.2) / max(time.perf_counter() - t0, 1e-7)))
+    samples = []
+    for _ in range(3 if fast else 5):
+        t0 = time.perf_counter()
+        for _ in range(per):
+            out = compiled(*args)
+        jax.block_until_ready(out)
+        samples.append((time.perf_counter() - t0) / per)
+    return compile_s, statistics.median(samples), temp
+
+
+def main(argv=None):
+    fast = fast_mode(argv)
+    sizes = (1000, 10_000) if fast else (1000, 10_000, 100_000, 1_000_000)
+    rows, records = [], []
+    for n in sizes:
+        impls = {
+            "forward (LGVI)": lambda p, m, n=n: lgvi_loss(n, "plain")(p, m),
+            "plain reverse": jax.grad(lgvi_loss(n, "plain"), argnums=(0, 1)),
+            "checkpoint=True": jax.grad(lgvi_loss(n, "checkpoint"), argnums=(0, 1)),
+            "ReversibleAdjoint": jax.grad(lgvi_loss(n, "reversible"), argnums=(0, 1)),
+            "bare-scan RK4 grad": jax.grad(rk4_loss(n), argnums=(0, 1)),
+        }
+        if n >= 1_000_000:  # plain reverse mode stores the trajectory: skip at 1e6 steps
+            impls.pop("plain reverse")
+            impls.pop("bare-scan RK4 grad")
+        res = {}
+        for name, fn in impls.items():
+            c, r, temp = measure(fn, PI0, MOMENTS, fast=fast)
+            res[name] = (c, r, temp)
+            print(f"n={n:>8d} {name:20s} compile {c:6.2f} s  run {r:.4g} s  temp {temp} B")
+        rk4 = res.get("bare-scan RK4 grad")
+        fwd = res["forward (LGVI)"]
+        for name, (c, r, temp) in res.items():
+            row = {
+                "steps": n,
+                "method": name,
+                "compile s": c,
+                "run s": r,
+                "us/step": r / n * 1e6,
+                "temp MiB": None if temp is None else temp / 2**20,
+                "/forward": r / fwd[1],
+                "/RK4 grad": None if rk4 is None else r / rk4[1],
+            }
+            rows.append(row)
+            records.append(row)
+    cols = ["steps", "method", "compile s", "run s", "us/step", "temp MiB", "/forward", "/RK4 grad"]
+    print_table(
+        rows, cols, title="gradient of a terminal loss, batch 1, free body, LGVI dt 0.01, float64"
+    )
+
+    # batch 1024: gradient of the summed loss against the forward run
+    nb = 200 if fast else 1000
+    batch = 1024
+    pis = PI0 * (1.0 + 0.1 * jnp.sin(jnp.arange(3.0 * batch)).reshape(batch, 3))
+
+    def batched(mode):
+        loss = lgvi_loss(nb, mode)
+        return lambda pis, m: jnp.sum(jax.vmap(loss, in_axes=(0, None))(pis, m))
+
+    brows = []
+    bres = {
+        "forward": measure(batched("plain"), pis, MOMENTS, fast=fast),
+        "plain reverse": measure(
+            jax.grad(batched("plain"), argnums=(0, 1)), pis, MOMENTS, fast=fast
+        ),
+        "ReversibleAdjoint": measure(
+            jax.grad(batched("reversible"), argnums=(0, 1)), pis, MOMENTS, fast=fast
+        ),
+    }
+    for name, (c, r, temp) in bres.items():
+        brows.append(
+            {
+                "method": name,
+                "compile s": c,
+                "ns/body-step": r / (nb * batch) * 1e9,
+                "temp MiB": None if temp is None else temp / 2**20,
+                "/forward": r / bres["forward"][1],
+            }
+        )
+    print_table(
+        brows,
+        ["method", "compile s", "ns/body-step", "temp MiB", "/forward"],
+        title=f"batch {batch}, {nb} steps",
+    )
+
+    # reconstruction error of the initial state: regular (free body) vs chaotic (heavy top)
+    top = gj.RigidBody(MOMENTS, HeavyTop(1.0, 9.81, [0.3, 0.2, 0.4]))
+    rrows = []
+    for name, system in (("free body", gj.RigidBody(MOMENTS)), ("heavy top (chaotic)", top)):
+        for n in sizes[:3]:
+            err, _ = reconstruction_error(system, gj.LGVI(), system.make_state(R0, PI0), DT, n)
+            rrows.append({"system": name, "steps": n, "T": n * DT, "error": float(err)})
+    print_table(
+        rrows, ["system", "steps", "T", "error"], title="reconstruction error of the initial state"
+    )
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from common import RESULTS
+
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+        for name in ("plain reverse", "checkpoint=True", "ReversibleAdjoint", "bare-scan RK4 grad"):
+            pts = [(r["steps"], r["us/step"], r["temp MiB"]) for r in rows if r["method"] == name]
+            if not pts:
+                continue
+            ns, us, mem = zip(*pts)
+            a1.loglog(ns, us, marker="o", label=name)
+            a2.loglog(ns, [max(m, 1e-4) for m in mem], marker="o", label=name)
+        a1.set_xlabel("steps")
+        a1.set_ylabel("gradient time per step [us]")
+        a2.set_xlabel("steps")
+        a2.set_ylabel("XLA temp memory [MiB]")
+        for a in (a1, a2):
+            a.grid(True, which="both", alpha=0.3)
+            a.legend(fontsize=8)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, RESULTS / "adjoint.png")
+    except ImportError:
+        pass
+    write_json(
+        "adjoint",
+        {
+            "fast": fast,
+            "dtype": "float64",
+            "batch1": rows,
+            "batch1024": brows,
+            "reconstruction": rrows,
+        },
+    )
+    return rows, brows, rrows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

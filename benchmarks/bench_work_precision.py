@@ -1,0 +1,236 @@
+"""Work–precision of the free rigid body: error at T = 100 against wall time, for the LGVI and the
+splitting (order 2), their compositions of order 4 and 6 (geomjax.Composition), RKMK4, and diffrax
+Tsit5 / Dopri5 / Dopri8 with adaptive steps (PID controller, rtol = atol swept), all in one run.
+
+    python benchmarks/bench_work_precision.py [--fast]     (or: geomjax bench work-precision)
+
+Problem: I = (1, 2, 3), R0 = exp(0.3, -0.2, 0.5), Pi0 = (0.8, -0.3, 1.1) (as bench_rigid_body),
+float64, batch 1.  Error: max-norm of (R, Pi) at T against SciPy DOP853 at rtol = atol = 1e-13
+on the same equations in matrix form.  Time: median wall time of the jitted run (compile time
+reported separately, once per method); the geomjax methods run ``method.advance`` in a
+``fori_loop`` with a dynamic step count (what ``simulate`` runs per step, without saving).  The
+table gives, for each method, the time needed to reach errors 1e-6, 1e-8 and 1e-10 (log–log
+interpolation between measured points) and its ratio to diffrax Tsit5.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import fast_mode, print_table, save_figure, write_json
+
+jax.config.update("jax_enable_x64", True)
+
+import equinox as eqx  # noqa: E402
+
+import geomjax as gj  # noqa: E402
+
+MOMENTS = np.array([1.0, 2.0, 3.0])
+PI0 = np.array([0.8, -0.3, 1.1])
+R0 = np.asarray(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])))
+TARGETS = (1e-6, 1e-8, 1e-10)
+
+
+def rhs(y, moments):
+    R = y[:9].reshape(3, 3)
+    Pi = y[9:]
+    Om = Pi / moments
+    return jnp.concatenate([(R @ gj.SO3.hat(Om)).reshape(9), jnp.cross(Pi, Om)])
+
+
+def reference(T):
+    import scipy.integrate as si
+
+    f = jax.jit(lambda y: rhs(y, jnp.asarray(MOMENTS)))
+    y0 = np.concatenate([R0.reshape(9), PI0])
+    sol = si.solve_ivp(
+        lambda t, y: np.asarray(f(jnp.asarray(y))), (0, T), y0, "DOP853", rtol=1e-13, atol=1e-13
+    )
+    return sol.y[:, -1]
+
+
+def _median_time(fn, *args, repeats):
+    jax.block_until_ready(fn(*args))
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    one = time.perf_counter() - t0
+    per = max(1, int(0.05 / max(one, 1e-7)))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(per):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        samples.append((time.perf_counter() - t0) / per)
+    return statistics.median(samples), out
+
+
+def geomjax_terminal(method):
+    system = gj.RigidBody(jnp.asarray(MOMENTS))
+
+    @eqx.filter_jit
+    def run(dt, n):
+        def body(k, c):
+            carry, t = c
+            carry, _ = method.advance(system, carry, dt, None, t)
+            return carry, t + dt
+
+        s0 = gj.RigidBodyState(jnp.asarray(R0), jnp.asarray(PI0))
+        carry, _ = jax.lax.fori_loop(0, n, body, (method.init(system, s0), jnp.zeros(())))
+        s = method.finalize(system, carry)
+        return jnp.concatenate([s.R.reshape(9), s.Pi])
+
+    return run
+
+
+def diffrax_terminal(solver, T):
+    import diffrax
+
+    term = diffrax.ODETerm(lambda t, y, args: rhs(y, jnp.asarray(MOMENTS)))
+    y0 = jnp.concatenate([jnp.asarray(R0).reshape(9), jnp.asarray(PI0)])
+
+    @jax.jit
+    def run(tol):
+        sol = diffrax.diffeqsolve(
+            term,
+            solver,
+            0.0,
+            T,
+            0.01,
+            y0,
+            stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
+            max_steps=10**6,
+        )
+        return sol.ys[-1], sol.stats["num_steps"]
+
+    return run
+
+
+def time_at(errors, times, target):
+    """log–log interpolation of the time at which ``error == target`` (None outside the range)."""
+    e, t = np.log(np.asarray(errors)), np.log(np.asarray(times))
+    order = np.argsort(e)
+    e, t = e[order], t[order]
+    x = np.log(target)
+    if not (e[0] <= x <= e[-1]):
+        return None
+    return float(np.exp(np.interp(x, e, t)))
+
+
+def main(argv=None):
+    fast = fast_mode(argv)
+    T = 10.0 if fast else 100.0
+    repeats = 3 if fast else 7
+    y_ref = reference(T)
+    methods = {
+        "LGVI (2)": (gj.LGVI(), (0.02, 0.01, 0.005) if fast else (0.02, 0.01, 0.005, 0.0025)),
+        "LGVI suzuki4": (gj.Composition(gj.LGVI(), "suzuki4"), (0.2, 0.1, 0.05, 0.025)),
+        "LGVI kahan_li6": (gj.Composition(gj.LGVI(), "kahan_li6"), (0.2, 0.1, 0.05, 0.025)),
+        "splitting (2)": (gj.RigidBodySplitting(), (0.02, 0.01, 0.005)),
+        "splitting suzuki4": (
+            gj.Composition(gj.RigidBodySplitting(), "suzuki4"),
+            (0.2, 0.1, 0.05, 0.025),
+        ),
+        "splitting kahan_li6": (
+            gj.Composition(gj.RigidBodySplitting(), "kahan_li6"),
+            (0.4, 0.2, 0.1, 0.05),
+        ),
+        "RKMK4": (gj.RKMK4(), (0.1, 0.05, 0.025, 0.0125)),
+    }
+    if fast:
+        methods = {k: (m, dts[:3]) for k, (m, dts) in methods.items()}
+    rows, curves = [], {}
+    for name, (method, dts) in methods.items():
+        run = geomjax_terminal(method)
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(jnp.asarray(dts[0]), jnp.asarray(round(T / dts[0]))))
+        compile_s = time.perf_counter() - t0
+        errs, times = [], []
+        for dt in dts:
+            n = round(T / dt)
+            t, y = _median_time(run, jnp.asarray(dt), jnp.asarray(n), repeats=repeats)
+            errs.append(float(np.max(np.abs(np.asarray(y) - y_ref))))
+            times.append(t)
+            print(f"{name:22s} dt={dt:<7g} err={errs[-1]:.3e} time={t * 1e3:.3f} ms")
+        curves[name] = {"param": list(dts), "error": errs, "time_s": times, "compile_s": compile_s}
+    try:
+        import diffrax
+    except ImportError:
+        diffrax = None
+    if diffrax is not None:
+        tols = (1e-6, 1e-8, 1e-10) if fast else (1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12)
+        for name, solver in (
+            ("diffrax Tsit5", diffrax.Tsit5()),
+            ("diffrax Dopri5", diffrax.Dopri5()),
+            ("diffrax Dopri8", diffrax.Dopri8()),
+        ):
+            run = diffrax_terminal(solver, T)
+            t0 = time.perf_counter()
+            jax.block_until_ready(run(jnp.asarray(tols[0])))
+            compile_s = time.perf_counter() - t0
+            errs, times, steps = [], [], []
+            for tol in tols:
+                t, (y, n) = _median_time(run, jnp.asarray(tol), repeats=repeats)
+                errs.append(float(np.max(np.abs(np.asarray(y) - y_ref))))
+                times.append(t)
+                steps.append(int(n))
+                print(
+                    f"{name:22s} tol={tol:<7g} err={errs[-1]:.3e} time={t * 1e3:.3f} ms steps={n}"
+                )
+            curves[name] = {
+                "param": list(tols),
+                "error": errs,
+                "time_s": times,
+                "steps": steps,
+                "compile_s": compile_s,
+            }
+    base = curves.get("diffrax Tsit5")
+    for name, c in curves.items():
+        row = {"method": name, "compile s": c["compile_s"]}
+        for target in TARGETS:
+            t = time_at(c["error"], c["time_s"], target)
+            row[f"ms @{target:g}"] = None if t is None else t * 1e3
+            tb = None if base is None else time_at(base["error"], base["time_s"], target)
+            row[f"/Tsit5 @{target:g}"] = None if (t is None or tb is None) else t / tb
+        rows.append(row)
+        c["summary"] = row
+    cols = (
+        ["method", "compile s"]
+        + [f"ms @{t:g}" for t in TARGETS]
+        + [f"/Tsit5 @{t:g}" for t in TARGETS]
+    )
+    print_table(
+        rows, cols, title=f"free rigid body, T = {T:g}: time to reach an error (batch 1, float64)"
+    )
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 5))
+        for name, c in curves.items():
+            style = "--" if name.startswith("diffrax") else "-"
+            ax.loglog(c["time_s"], c["error"], style, marker="o", label=name)
+        ax.set_xlabel("wall time of the run [s]")
+        ax.set_ylabel(f"max error of (R, Pi) at T = {T:g}")
+        ax.set_title("free rigid body: work–precision (batch 1, float64, CPU)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        from common import RESULTS
+
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, RESULTS / "work_precision.png")
+    except ImportError:
+        pass
+    write_json("work_precision", {"T": T, "fast": fast, "dtype": "float64", "curves": curves})
+    return curves
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
