@@ -118,7 +118,7 @@ __all__ = [
 
 # variational integrators in coordinates (issue 12)
 from . import variational
-from .integrators import RATTLE, DiscreteEulerLagrange, Impacts
+from .integrators import RATTLE, DiscreteEulerLagrange, Impacts, SymmetricComposition
 from .variational import LagrangianSystem, VariationalState
 
 __all__ += [
@@ -126,6 +126,7 @@ __all__ += [
     "DiscreteEulerLagrange",
     "Impacts",
     "LagrangianSystem",
+    "SymmetricComposition",
     "VariationalState",
     "variational",
 ]

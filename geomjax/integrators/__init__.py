@@ -26,6 +26,18 @@ __all__ = [
 ]
 
 # variational integrators in coordinates (issue 12)
-from .variational import RATTLE, DiscreteEulerLagrange, Impacts, discrete_legendre
+from .variational import (
+    RATTLE,
+    DiscreteEulerLagrange,
+    Impacts,
+    SymmetricComposition,
+    discrete_legendre,
+)
 
-__all__ += ["RATTLE", "DiscreteEulerLagrange", "Impacts", "discrete_legendre"]
+__all__ += [
+    "RATTLE",
+    "DiscreteEulerLagrange",
+    "Impacts",
+    "SymmetricComposition",
+    "discrete_legendre",
+]
