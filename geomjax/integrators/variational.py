@@ -59,6 +59,9 @@ holonomic constraints (inner RATTLE) the jump also keeps ``G(q) q̇⁺ = 0`` (im
 ``df ᵀΛ + Gᵀ Λ_g``).  The root location is differentiable by the implicit function theorem
 (``ds/dθ = −∂φ/∂θ / φ'``) away from grazing contacts (``φ' → 0``).
 
+**Higher order**: :class:`SymmetricComposition` composes the (symmetric) DEL or RATTLE step
+with Yoshida's or Suzuki's coefficients into a fourth-order method with the same structure.
+
 Derivatives through every implicit solve use :func:`~geomjax.integrators.newton.newton_solve`
 (implicit function theorem), so ``jax.grad`` of a loss of a :func:`geomjax.simulate` run with
 respect to initial conditions, parameters of the system, ``dt`` or ``e`` never differentiates
@@ -434,8 +437,9 @@ class Impacts(_VariationalMethod):
         restitution: ``e ∈ [0, 1]`` (``ValueError`` naming ``restitution`` otherwise); may be a
             differentiable array.  ``e = 1`` conserves the energy, ``e < 1`` removes
             ``(1 − e²)`` times the normal kinetic energy at each impact.
-        method: the inner method, :class:`DiscreteEulerLagrange` (default) or :class:`RATTLE`
-            (then the jump also keeps the hidden constraint ``G q̇ = 0``).
+        method: the inner method, :class:`DiscreteEulerLagrange` (default), :class:`RATTLE`
+            (then the jump also keeps the hidden constraint ``G q̇ = 0``) or a
+            :class:`SymmetricComposition` of either.
         root_iters: safeguarded Newton iterations locating the impact instant (default 8;
             quadratic convergence from a secant guess), plus one implicit-function step that
             carries the derivatives.
@@ -461,10 +465,10 @@ class Impacts(_VariationalMethod):
         where = "Impacts"
         if not callable(self.surface):
             raise ValueError(f"{where}: argument 'surface' must be callable f(q) -> scalar")
-        if not isinstance(self.method, DiscreteEulerLagrange | RATTLE):
+        if not isinstance(self.method, _VariationalMethod) or isinstance(self.method, Impacts):
             raise ValueError(
-                f"{where}: argument 'method' must be DiscreteEulerLagrange or RATTLE, got "
-                f"{type(self.method).__name__}"
+                f"{where}: argument 'method' must be DiscreteEulerLagrange, RATTLE or "
+                f"SymmetricComposition, got {type(self.method).__name__}"
             )
         _check_iters(
             where,
@@ -486,8 +490,8 @@ class Impacts(_VariationalMethod):
 
     def make_state(self, system, q, qdot=None, p=None, project: bool = False, t=0.0):
         """A state for the inner method (``RATTLE.make_state`` or ``system.make_state``)."""
-        if isinstance(self.method, RATTLE):
-            return self.method.make_state(system, q, qdot, p, project, t)
+        if self.constraint is not None:
+            return RATTLE(self.constraint).make_state(system, q, qdot, p, project, t)
         return system.make_state(q, qdot, p)
 
     def init(self, system, state):

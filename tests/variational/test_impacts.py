@@ -199,3 +199,18 @@ def test_bad_input():
     st = system.make_state(jnp.array([0.0, -0.1]), jnp.zeros(2))
     with pytest.raises(ValueError, match="'state0.q'.*behind the impact surface"):
         gj.simulate(system, gj.Impacts(lambda q: q[1]), st, 0.01, 2)
+
+
+def test_float32_bounce():
+    """float32: the first impact time to float32 accuracy (≤ 1e3 eps32 · t1) and no penetration
+    beyond rounding."""
+    system = gravity_particle(2)
+    method = gj.Impacts(lambda q: q[1], restitution=0.9)
+    st = system.make_state(jnp.array([0.0, 1.0], jnp.float32), jnp.array([0.4, 0.0], jnp.float32))
+    states, res, times, _ = impact_run(system, method, st, jnp.float32(0.01), 60)
+    assert states.q.dtype == jnp.float32
+    t1 = np.sqrt(2.0 / G0)
+    got = np.asarray(times)[np.isfinite(np.asarray(times))]
+    assert len(got) == 1 and abs(got[0] - t1) < 1e3 * 1.2e-7 * t1
+    assert float(jnp.min(states.q[:, 1])) > -1e-5
+    assert float(jnp.max(res)) < 1e-4  # relative residuals at float32 rounding
