@@ -22,10 +22,11 @@ seed 003 §5, a non-potential force one-form): with the discrete forces
     p_k = −D_1 L_d(q_k, q_{k+1}) − F⁻      (implicit in v: ``newton_iters`` Newton steps)
     p_{k+1} = D_2 L_d(q_k, q_{k+1}) + F⁺   (explicit).
 
-Both rules give symmetric, second-order, symplectic (for ``F = 0``) maps that conserve the
-momentum map of any symmetry of ``L`` exactly (discrete Noether theorem), so e.g. the angular
-momentum of a central-force problem is conserved to round-off, and the energy error stays bounded
-without drift.
+Both rules give symmetric, second-order, symplectic (for ``F = 0``) maps.  For a symmetry of
+``L`` acting *linearly* on ``q`` (rotations, translations) ``L_d`` is invariant too, so the momentum
+map is conserved exactly (discrete Noether theorem): e.g. the angular momentum of a central-force
+problem to round-off.  The energy error stays bounded without drift (backward error analysis of
+symplectic maps; observed, tested, not a bound).
 
 **RATTLE** (constrained discrete Euler–Lagrange; Marsden & West §3.4, Leimkuhler & Reich 2004
 §7.2) for holonomic constraints ``g(q) = 0`` (``m`` equations, ``G = ∂g/∂q`` of full rank ``m``),
@@ -305,7 +306,9 @@ class RATTLE(_VariationalMethod):
 
     Arguments:
         constraint: ``g(q) -> (m,)``, with a full-rank Jacobian ``G = ∂g/∂q`` (checked on the
-            initial state: ``ValueError`` naming ``constraint``).
+            initial state: ``ValueError`` naming ``constraint``).  A static part of the method
+            (a plain function, hashed by identity): parameters to differentiate belong in the
+            system, not in the constraint.
         rule: discrete Lagrangian, ``"trapezoidal"`` (default: the classical RATTLE for
             separable Lagrangians) or ``"midpoint"``.
         newton_iters: Newton steps of the position step (default 4).
@@ -434,6 +437,7 @@ class Impacts(_VariationalMethod):
     Arguments:
         surface: ``f(q) -> scalar``; the admissible set is ``f(q) ≥ 0`` (``df ≠ 0`` on
             ``f = 0``).  The initial state must satisfy it (``ValueError`` naming ``state0.q``).
+            Static, like ``RATTLE``'s constraint.
         restitution: ``e ∈ [0, 1]`` (``ValueError`` naming ``restitution`` otherwise); may be a
             differentiable array.  ``e = 1`` conserves the energy, ``e < 1`` removes
             ``(1 − e²)`` times the normal kinetic energy at each impact.
