@@ -148,7 +148,7 @@ def sweep(fast):
     rows, curves = [], {}
     for dt in dts:
         steps = round(T / dt)
-        every = steps // 200
+        every = steps // 250  # 250 saved states (T / dt is a multiple of 250)
         # RATTLE
         sol = geomjax_run(gj.RATTLE(constraint), CART, cartesian_state(), dt, steps, every)
         q, v = np.asarray(sol.states.q), np.asarray(sol.states.p)
