@@ -15,9 +15,9 @@ BENCHMARKS = {
     "riemann": "bench_riemann.py",
     "nonholonomic": "bench_nonholonomic.py",
     "scale": "bench_scale.py",
-
     "work-precision": "bench_work_precision.py",
     "adjoint": "bench_adjoint.py",
+    "variational": "bench_variational.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

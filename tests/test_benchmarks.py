@@ -68,3 +68,22 @@ def test_machine_info_and_bandwidth_helpers(monkeypatch):
     from geomjax.cli import BENCHMARK_ALIASES, BENCHMARKS
 
     assert BENCHMARK_ALIASES["gpu"] in BENCHMARKS
+
+
+def test_bench_variational_baselines():
+    """The baselines of bench_variational solve the right problem: the index-1 acceleration
+    satisfies the twice-differentiated constraint and the projection lands on g = 0, G q̇ = 0."""
+    import jax
+    import jax.numpy as jnp
+
+    bv = importlib.import_module("bench_variational")
+    st = bv.cartesian_state()
+    assert float(jnp.max(jnp.abs(bv.constraint(st.q)))) < 1e-14
+    y = jnp.concatenate([st.q, jnp.array([0.3, 0.1, -0.2, 0.5])])
+    y = bv.project(y)  # velocity onto G q̇ = 0 (q already on the constraint)
+    q, v = y[:4], y[4:]
+    G = jax.jacfwd(bv.constraint)(q)
+    assert float(jnp.max(jnp.abs(G @ v))) < 1e-14
+    a = bv.index1_rhs(y)[4:]
+    curv = jax.jvp(lambda x: jax.jvp(bv.constraint, (x,), (v,))[1], (q,), (v,))[1]
+    assert float(jnp.max(jnp.abs(G @ a + curv))) < 1e-12

@@ -16,6 +16,11 @@ SECTIONS = {
     "nonholonomic": nonholonomic,
 }
 
+# variational integrators in coordinates (issue 12)
+from . import variational as _variational  # noqa: E402
+
+SECTIONS["variational"] = _variational
+
 
 def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -> int:
     import jax

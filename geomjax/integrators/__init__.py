@@ -36,6 +36,18 @@ from .composition import SCHEMES, Composition
 __all__ += ["SCHEMES", "Composition", "ReversibleAdjoint", "reconstruction_error"]
 
 # variational integrators in coordinates (issue 12)
-from .variational import RATTLE, DiscreteEulerLagrange, Impacts, discrete_legendre  # noqa: E402
+from .variational import (  # noqa: E402
+    RATTLE,
+    DiscreteEulerLagrange,
+    Impacts,
+    SymmetricComposition,
+    discrete_legendre,
+)
 
-__all__ += ["RATTLE", "DiscreteEulerLagrange", "Impacts", "discrete_legendre"]
+__all__ += [
+    "RATTLE",
+    "DiscreteEulerLagrange",
+    "Impacts",
+    "SymmetricComposition",
+    "discrete_legendre",
+]

@@ -22,10 +22,11 @@ seed 003 §5, a non-potential force one-form): with the discrete forces
     p_k = −D_1 L_d(q_k, q_{k+1}) − F⁻      (implicit in v: ``newton_iters`` Newton steps)
     p_{k+1} = D_2 L_d(q_k, q_{k+1}) + F⁺   (explicit).
 
-Both rules give symmetric, second-order, symplectic (for ``F = 0``) maps that conserve the
-momentum map of any symmetry of ``L`` exactly (discrete Noether theorem), so e.g. the angular
-momentum of a central-force problem is conserved to round-off, and the energy error stays bounded
-without drift.
+Both rules give symmetric, second-order, symplectic (for ``F = 0``) maps.  For a symmetry of
+``L`` acting *linearly* on ``q`` (rotations, translations) ``L_d`` is invariant too, so the momentum
+map is conserved exactly (discrete Noether theorem): e.g. the angular momentum of a central-force
+problem to round-off.  The energy error stays bounded without drift (backward error analysis of
+symplectic maps; observed, tested, not a bound).
 
 **RATTLE** (constrained discrete Euler–Lagrange; Marsden & West §3.4, Leimkuhler & Reich 2004
 §7.2) for holonomic constraints ``g(q) = 0`` (``m`` equations, ``G = ∂g/∂q`` of full rank ``m``),
@@ -59,6 +60,9 @@ holonomic constraints (inner RATTLE) the jump also keeps ``G(q) q̇⁺ = 0`` (im
 ``df ᵀΛ + Gᵀ Λ_g``).  The root location is differentiable by the implicit function theorem
 (``ds/dθ = −∂φ/∂θ / φ'``) away from grazing contacts (``φ' → 0``).
 
+**Higher order**: :class:`SymmetricComposition` composes the (symmetric) DEL or RATTLE step
+with Yoshida's or Suzuki's coefficients into a fourth-order method with the same structure.
+
 Derivatives through every implicit solve use :func:`~geomjax.integrators.newton.newton_solve`
 (implicit function theorem), so ``jax.grad`` of a loss of a :func:`geomjax.simulate` run with
 respect to initial conditions, parameters of the system, ``dt`` or ``e`` never differentiates
@@ -78,7 +82,13 @@ from ..variational.system import LagrangianSystem, VariationalState
 from .base import AbstractMethod, StepStats
 from .newton import dense_jac_solve, newton_solve
 
-__all__ = ["RATTLE", "DiscreteEulerLagrange", "Impacts", "discrete_legendre"]
+__all__ = [
+    "RATTLE",
+    "DiscreteEulerLagrange",
+    "Impacts",
+    "SymmetricComposition",
+    "discrete_legendre",
+]
 
 
 def _max_abs(a):
@@ -296,7 +306,9 @@ class RATTLE(_VariationalMethod):
 
     Arguments:
         constraint: ``g(q) -> (m,)``, with a full-rank Jacobian ``G = ∂g/∂q`` (checked on the
-            initial state: ``ValueError`` naming ``constraint``).
+            initial state: ``ValueError`` naming ``constraint``).  A static part of the method
+            (a plain function, hashed by identity): parameters to differentiate belong in the
+            system, not in the constraint.
         rule: discrete Lagrangian, ``"trapezoidal"`` (default: the classical RATTLE for
             separable Lagrangians) or ``"midpoint"``.
         newton_iters: Newton steps of the position step (default 4).
@@ -425,11 +437,13 @@ class Impacts(_VariationalMethod):
     Arguments:
         surface: ``f(q) -> scalar``; the admissible set is ``f(q) ≥ 0`` (``df ≠ 0`` on
             ``f = 0``).  The initial state must satisfy it (``ValueError`` naming ``state0.q``).
+            Static, like ``RATTLE``'s constraint.
         restitution: ``e ∈ [0, 1]`` (``ValueError`` naming ``restitution`` otherwise); may be a
             differentiable array.  ``e = 1`` conserves the energy, ``e < 1`` removes
             ``(1 − e²)`` times the normal kinetic energy at each impact.
-        method: the inner method, :class:`DiscreteEulerLagrange` (default) or :class:`RATTLE`
-            (then the jump also keeps the hidden constraint ``G q̇ = 0``).
+        method: the inner method, :class:`DiscreteEulerLagrange` (default), :class:`RATTLE`
+            (then the jump also keeps the hidden constraint ``G q̇ = 0``) or a
+            :class:`SymmetricComposition` of either.
         root_iters: safeguarded Newton iterations locating the impact instant (default 8;
             quadratic convergence from a secant guess), plus one implicit-function step that
             carries the derivatives.
@@ -455,10 +469,10 @@ class Impacts(_VariationalMethod):
         where = "Impacts"
         if not callable(self.surface):
             raise ValueError(f"{where}: argument 'surface' must be callable f(q) -> scalar")
-        if not isinstance(self.method, DiscreteEulerLagrange | RATTLE):
+        if not isinstance(self.method, _VariationalMethod) or isinstance(self.method, Impacts):
             raise ValueError(
-                f"{where}: argument 'method' must be DiscreteEulerLagrange or RATTLE, got "
-                f"{type(self.method).__name__}"
+                f"{where}: argument 'method' must be DiscreteEulerLagrange, RATTLE or "
+                f"SymmetricComposition, got {type(self.method).__name__}"
             )
         _check_iters(
             where,
@@ -480,8 +494,8 @@ class Impacts(_VariationalMethod):
 
     def make_state(self, system, q, qdot=None, p=None, project: bool = False, t=0.0):
         """A state for the inner method (``RATTLE.make_state`` or ``system.make_state``)."""
-        if isinstance(self.method, RATTLE):
-            return self.method.make_state(system, q, qdot, p, project, t)
+        if self.constraint is not None:
+            return RATTLE(self.constraint).make_state(system, q, qdot, p, project, t)
         return system.make_state(q, qdot, p)
 
     def init(self, system, state):
@@ -529,9 +543,10 @@ class Impacts(_VariationalMethod):
         # one Newton step with live parameters: value ≈ s, derivative −∂φ/∂θ / φ' (IFT)
         return s - phi(s, system, state, t) / jax.lax.stop_gradient(dval)
 
-    def jump(self, system, state):
+    def jump(self, system, state, t=0.0, u=None):
         """The impact map at ``q`` on the surface: ``(state⁺, relative residual, Λ)`` with
-        ``p⁺ = p⁻ + Λ df(q) (+ Gᵀ Λ_g)`` and ``df·q̇⁺ = −e df·q̇⁻`` (``G q̇⁺ = 0``)."""
+        ``p⁺ = p⁻ + Λ df(q) (+ Gᵀ Λ_g)`` and ``df·q̇⁺ = −e df·q̇⁻`` (``G q̇⁺ = 0``; ``t``, ``u`` only
+        enter the multipliers of the new state)."""
         q, pm = state.q, state.p
         dtype = q.dtype
         n = q.shape[0]
@@ -562,7 +577,7 @@ class Impacts(_VariationalMethod):
         )
         lam = state.lam
         if self.constraint is not None:
-            lam = system.constrained_acceleration(0.0, q, v, self.constraint)[1]
+            lam = system.constrained_acceleration(t, q, v, self.constraint, u)[1]
         return VariationalState(q, pp, lam), res, Lam[0]
 
     def solve_step(self, system, state, dt, control=None, t=0.0):
@@ -582,7 +597,7 @@ class Impacts(_VariationalMethod):
             def hit(_):
                 s = self._locate(system, st, r, f0, f1, control, tc)
                 st_c, stats_c = self._inner(system, st, s, control, tc)
-                st_j, res_j, Lam = self.jump(system, st_c)
+                st_j, res_j, Lam = self.jump(system, st_c, tc + s, control)
                 res2 = jnp.maximum(jnp.maximum(res, stats_c.residual), res_j)
                 return st_j, r - s, tc + s, res2, tc + s, Lam, k + 1
 
@@ -618,3 +633,66 @@ class Impacts(_VariationalMethod):
     def step(self, system, state, dt, control=None, t=0.0):
         new, res, _ = self.solve_step(system, state, dt, control, t)
         return new, StepStats(residual=res)
+
+
+_SCHEMES = {
+    # Yoshida (1990) triple jump and Suzuki (1990) five-stage fractal: symmetric compositions that
+    # raise a symmetric second-order method to order four (Hairer–Lubich–Wanner, GNI §II.4)
+    "yoshida4": (
+        1.0 / (2.0 - 2.0 ** (1.0 / 3.0)),
+        -(2.0 ** (1.0 / 3.0)) / (2.0 - 2.0 ** (1.0 / 3.0)),
+        1.0 / (2.0 - 2.0 ** (1.0 / 3.0)),
+    ),
+    "suzuki4": tuple((lambda p: (p, p, 1.0 - 4.0 * p, p, p))(1.0 / (4.0 - 4.0 ** (1.0 / 3.0)))),
+}
+
+
+class SymmetricComposition(_VariationalMethod):
+    """Fourth-order symmetric composition ``Φ_{γ_s h} ∘ … ∘ Φ_{γ_1 h}`` of a symmetric
+    second-order method (:class:`DiscreteEulerLagrange` or :class:`RATTLE`; both are symmetric):
+    still variational (a composition of symplectic maps), momentum maps still exact, constraints
+    still at round-off.
+
+    Arguments:
+        method: the inner method (default ``DiscreteEulerLagrange()``).
+        scheme: ``"yoshida4"`` (triple jump, 3 stages, one negative) or ``"suzuki4"`` (5 stages,
+            one negative, smaller error constant).
+    """
+
+    method: AbstractMethod = DiscreteEulerLagrange()
+    scheme: Literal["yoshida4", "suzuki4"] = eqx.field(static=True, default="yoshida4")
+    order: ClassVar[int] = 4
+
+    def __check_init__(self):
+        if not isinstance(self.method, DiscreteEulerLagrange | RATTLE):
+            raise ValueError(
+                "SymmetricComposition: argument 'method' must be DiscreteEulerLagrange or RATTLE"
+            )
+        if self.scheme not in _SCHEMES:
+            raise ValueError(
+                f"SymmetricComposition: argument 'scheme' must be one of {list(_SCHEMES)}, "
+                f"got {self.scheme!r}"
+            )
+
+    @property
+    def constraint(self):
+        return getattr(self.method, "constraint", None)
+
+    def make_state(self, system, q, qdot=None, p=None, project: bool = False, t=0.0):
+        if isinstance(self.method, RATTLE):
+            return self.method.make_state(system, q, qdot, p, project, t)
+        return system.make_state(q, qdot, p)
+
+    def init(self, system, state):
+        return self.method.init(system, state)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        dtype = state.q.dtype
+        h = jnp.asarray(dt, dtype)
+        t = jnp.asarray(t, dtype)
+        res = jnp.zeros((), dtype)
+        for gamma in _SCHEMES[self.scheme]:
+            state, stats = self.method.step(system, state, gamma * h, control, t)
+            t = t + gamma * h
+            res = jnp.maximum(res, stats.residual)
+        return state, StepStats(residual=res)
