@@ -14,6 +14,7 @@ BENCHMARKS = {
     "rigid-body": "bench_rigid_body.py",
     "riemann": "bench_riemann.py",
     "nonholonomic": "bench_nonholonomic.py",
+    "reconstruction": "bench_reconstruction.py",
 }
 
 

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-scipy_integrate = __import__("pytest").importorskip("scipy.integrate")
+import scipy.integrate as scipy_integrate
 
 RTOL = ATOL = 1e-12
 
@@ -58,8 +57,14 @@ def hat(w):
     )
 
 
+_DERIVS = {}
+
+
 def derivatives(curve):
-    """t -> (c(t), ċ(t), c̈(t)) of a jittable curve by forward-mode autodiff."""
+    """t -> (c(t), ċ(t), c̈(t)) (NumPy) of a jittable curve by forward-mode autodiff; compiled
+    once per curve object (cached, so repeated references on one curve time the integration)."""
+    if curve in _DERIVS:
+        return _DERIVS[curve]
 
     def d1(t):
         return jax.jvp(curve, (t,), (jnp.ones_like(t),))
@@ -69,7 +74,10 @@ def derivatives(curve):
         return c, v, a
 
     d2 = jax.jit(d2)
-    return lambda t: tuple(np.asarray(x) for x in d2(jnp.asarray(t, float)))
+    out = lambda t: tuple(np.asarray(x) for x in d2(jnp.asarray(t, float)))  # noqa: E731
+    if len(_DERIVS) < 64:
+        _DERIVS[curve] = out
+    return out
 
 
 np_hat = hat
@@ -514,14 +522,15 @@ def body_chain(
 #   −l_{j+1}^- on link j+1; θ_{j+1} − θ_j = psi_j(t).
 
 
-def planar_chain(psi, T, *, masses, inertias, lp, lm, theta0=0.0, L0=0.0, t_eval=None):
+def planar_chain(psi, T, *, masses, inertias, lp, lm, theta0=0.0, L0=0.0, t_eval=None, derivs=None):
     """``psi(t) -> (n−1,)`` joint angles; joint j is at distance ``lp[j]`` ahead of link j's CM
-    and ``lm[j]`` behind link j+1's CM. Parts: theta (N,n), x (N,n,2), L (N,) total angular
-    momentum about the origin."""
+    and ``lm[j]`` behind link j+1's CM (``derivs``: optional ``t -> (ψ, ψ̇, ψ̈)``, NumPy, to
+    reuse one compiled derivative for many loops). Parts: theta (N,n), x (N,n,2), L (N,) total
+    angular momentum about the origin."""
     masses = np.asarray(masses, float)
     inertias = np.asarray(inertias, float)
     n = len(masses)
-    dpsi = derivatives(psi)
+    dpsi = derivatives(psi) if derivs is None else derivs
     N = 3 * n + 3 * (n - 1)
 
     def e(th):
@@ -628,13 +637,15 @@ def core_with_masses(
     gamma=0.0,
     field=None,
     t_eval=None,
+    derivs=None,
 ):
     """``shape(t) -> (p, 3)`` mass positions in the core frame; ``inertia`` (3,) principal
-    moments of the core. Parts: R (N,3,3), w (N,3), L (N,3) angular momentum about the pin."""
+    moments of the core (``derivs``: optional ``t -> (r, ṙ, r̈)``, NumPy). Parts: R (N,3,3),
+    w (N,3), L (N,3) angular momentum about the pin."""
     Ib = np.asarray(inertia, float)
     m = np.asarray(masses, float)
     p = len(m)
-    dshape = derivatives(shape)
+    dshape = derivatives(shape) if derivs is None else derivs
     fieldf = (
         (lambda t: np.asarray(field(t), float)) if field is not None else (lambda t: np.zeros(3))
     )
