@@ -18,6 +18,7 @@ BENCHMARKS = {
     "work-precision": "bench_work_precision.py",
     "adjoint": "bench_adjoint.py",
     "variational": "bench_variational.py",
+    "reconstruction": "bench_reconstruction.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

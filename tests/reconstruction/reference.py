@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-scipy_integrate = __import__("pytest").importorskip("scipy.integrate")
+import scipy.integrate as scipy_integrate
 
 RTOL = ATOL = 1e-12
 
@@ -58,8 +57,14 @@ def hat(w):
     )
 
 
+_DERIVS = {}
+
+
 def derivatives(curve):
-    """t -> (c(t), ċ(t), c̈(t)) of a jittable curve by forward-mode autodiff."""
+    """t -> (c(t), ċ(t), c̈(t)) (NumPy) of a jittable curve by forward-mode autodiff; compiled
+    once per curve object (cached, so repeated references on one curve time the integration)."""
+    if curve in _DERIVS:
+        return _DERIVS[curve]
 
     def d1(t):
         return jax.jvp(curve, (t,), (jnp.ones_like(t),))
@@ -69,7 +74,10 @@ def derivatives(curve):
         return c, v, a
 
     d2 = jax.jit(d2)
-    return lambda t: tuple(np.asarray(x) for x in d2(jnp.asarray(t, float)))
+    out = lambda t: tuple(np.asarray(x) for x in d2(jnp.asarray(t, float)))  # noqa: E731
+    if len(_DERIVS) < 64:
+        _DERIVS[curve] = out
+    return out
 
 
 np_hat = hat
@@ -514,14 +522,15 @@ def body_chain(
 #   −l_{j+1}^- on link j+1; θ_{j+1} − θ_j = psi_j(t).
 
 
-def planar_chain(psi, T, *, masses, inertias, lp, lm, theta0=0.0, L0=0.0, t_eval=None):
+def planar_chain(psi, T, *, masses, inertias, lp, lm, theta0=0.0, L0=0.0, t_eval=None, derivs=None):
     """``psi(t) -> (n−1,)`` joint angles; joint j is at distance ``lp[j]`` ahead of link j's CM
-    and ``lm[j]`` behind link j+1's CM. Parts: theta (N,n), x (N,n,2), L (N,) total angular
-    momentum about the origin."""
+    and ``lm[j]`` behind link j+1's CM (``derivs``: optional ``t -> (ψ, ψ̇, ψ̈)``, NumPy, to
+    reuse one compiled derivative for many loops). Parts: theta (N,n), x (N,n,2), L (N,) total
+    angular momentum about the origin."""
     masses = np.asarray(masses, float)
     inertias = np.asarray(inertias, float)
     n = len(masses)
-    dpsi = derivatives(psi)
+    dpsi = derivatives(psi) if derivs is None else derivs
     N = 3 * n + 3 * (n - 1)
 
     def e(th):
@@ -606,3 +615,68 @@ def planar_chain(psi, T, *, masses, inertias, lp, lm, theta0=0.0, L0=0.0, t_eval
         1
     )
     return Solution(t, Y, nfev, dict(theta=theta, x=x, L=L))
+
+
+# --------------------------------------------------------------------------------------------
+# Rigid core pinned at its centre (the origin) carrying point masses whose positions in the
+# core frame r_i(t) are prescribed (a self-deforming body). Newton for each mass with the
+# constraint force f_i, Euler for the core with the reactions −f_i at x_i = R r_i (the pin
+# force has no moment about the pin), an optional external torque gamma L × B(t) on the core:
+#   m_i ẍ_i = f_i,   I_s ω̇ + ω × I_s ω = −Σ x_i × f_i + tau_ext,
+#   ẍ_i = ω̇ × x_i + ω × (ω × x_i) + 2 ω × R ṙ_i + R r̈_i.
+
+
+def core_with_masses(
+    shape,
+    T,
+    *,
+    inertia,
+    masses,
+    L0=(0.0, 0.0, 0.0),
+    R0=np.eye(3),
+    gamma=0.0,
+    field=None,
+    t_eval=None,
+    derivs=None,
+):
+    """``shape(t) -> (p, 3)`` mass positions in the core frame; ``inertia`` (3,) principal
+    moments of the core (``derivs``: optional ``t -> (r, ṙ, r̈)``, NumPy). Parts: R (N,3,3),
+    w (N,3), L (N,3) angular momentum about the pin."""
+    Ib = np.asarray(inertia, float)
+    m = np.asarray(masses, float)
+    p = len(m)
+    dshape = derivatives(shape) if derivs is None else derivs
+    fieldf = (
+        (lambda t: np.asarray(field(t), float)) if field is not None else (lambda t: np.zeros(3))
+    )
+
+    def momentum(R, w, t):
+        r, rd, _ = dshape(t)
+        x = r @ R.T
+        v = np.cross(w, x) + rd @ R.T
+        return R @ (Ib * (R.T @ w)) + (m[:, None] * np.cross(x, v)).sum(0)
+
+    def rhs(t, s):
+        R, w = s[:9].reshape(3, 3), s[9:]
+        r, rd, rdd = dshape(t)
+        x, u, acc = r @ R.T, rd @ R.T, rdd @ R.T
+        Is = R @ np.diag(Ib) @ R.T
+        # eliminate f_i = m_i ẍ_i: (Is + Σ m_i [x_i]ᵀ[x_i]) ω̇ = rhs
+        A = Is.copy()
+        b = -np.cross(w, Is @ w) + gamma * np.cross(momentum(R, w, t), fieldf(t))
+        for i in range(p):
+            H = hat(x[i])
+            A += m[i] * H.T @ H  # −m x × (ω̇ × x) = m [x]ᵀ[x] ω̇ moved to the left
+            known = np.cross(w, np.cross(w, x[i])) + 2 * np.cross(w, u[i]) + acc[i]
+            b -= m[i] * np.cross(x[i], known)
+        wd = np.linalg.solve(A, b)
+        return np.concatenate([(hat(w) @ R).reshape(-1), wd])
+
+    R0 = np.asarray(R0, float)
+    base = momentum(R0, np.zeros(3), 0.0)
+    M = np.stack([momentum(R0, e, 0.0) - base for e in np.eye(3)], 1)
+    w0 = np.linalg.solve(M, np.asarray(L0, float) - base)
+    t, Y, nfev = solve(rhs, np.concatenate([R0.reshape(-1), w0]), T, t_eval)
+    R, w = Y[:, :9].reshape(-1, 3, 3), Y[:, 9:]
+    L = np.array([momentum(Ri, wi, ti) for Ri, wi, ti in zip(R, w, t)])
+    return Solution(t, Y, nfev, dict(R=R, w=w, L=L))
