@@ -285,7 +285,9 @@ def simulate(
         steps: number of steps (static).
         controls: None, a pytree whose leaves have leading axis ``steps`` (zero-order hold: control
             ``k`` acts on ``[t_k, t_{k+1}]``), or a feedback ``u(t, state)``.  Controls are body
-            forces in g* (torques on SO(3)).
+            forces in g* (torques on SO(3)): a control array has shape ``(steps, dim)``
+            (``(steps, d + n)`` for nonholonomic systems) and a feedback returns ``(dim,)``;
+            other shapes raise ``ValueError``.
         save_every: save every n-th state (``steps`` must be a multiple); memory is
             ``O(steps/save_every)``.
         t0: initial time.
@@ -315,6 +317,7 @@ def simulate(
     continued from ``sol.final_state`` with ``t0=sol.ts[-1]`` reproduces an uninterrupted run
     bitwise (time is accumulated in the carry, the implicit solves start from the state alone).
     """
+    args = dict(locals())  # every argument, forwarded by the eager on_failure="raise" path
     if not isinstance(method, AbstractMethod):
         raise ValueError(
             f"simulate: argument 'method' must be a geomjax method (e.g. LGVI()), got {method!r}"
@@ -332,21 +335,12 @@ def simulate(
         )
     _check_dt(dt)
     _check_controls(system, controls, steps, state0, t0)
-    if getattr(method, "on_failure", None) == "raise" and not _traced(system, state0, dt, controls):
+    if getattr(method, "on_failure", None) == "raise" and not _traced(
+        system, state0, dt, controls, t0
+    ):
         # eager: run with reporting and raise Solution.check's clear message (step index and
         # time) instead of an equinox runtime error wrapped in a long XLA trace
-        sol = simulate(
-            system,
-            dataclasses.replace(method, on_failure="report"),
-            state0,
-            dt,
-            steps,
-            controls,
-            save_every,
-            t0,
-            checkpoint,
-            check_inputs,
-        )
+        sol = simulate(**{**args, "method": dataclasses.replace(method, on_failure="report")})
         return sol.check(getattr(method, "tol", None))
     if check_inputs and hasattr(system, "check_state"):
         if getattr(system, "time_aware", False):  # time-dependent constraints: check at t0
