@@ -82,15 +82,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._linalg import gauss_jordan_solve
 from ..systems.nonholonomic import AbstractNonholonomicSystem, NonholonomicState
 from .base import AbstractMethod, StepStats, needs_reorthonormalization
-from .newton import dense_jac_solve, newton_solve
+from .newton import newton_solve
 
 __all__ = ["NonholonomicVI", "discrete_momenta"]
 
 
 def _mT(a):
     return jnp.swapaxes(a, -1, -2)
+
+
+def _mTv(a, v):
+    """``aᵀ v`` elementwise (a tiny ``dot`` is a separate kernel on CPU; products and sums fuse)."""
+    return jnp.sum(a * v[..., :, None], -2)
 
 
 def _retract(G, x, retraction):
@@ -119,9 +125,9 @@ def discrete_momenta(system, g, x, w, h, retraction="cayley"):
     dg1, dx1, S1 = grads(g1, x1)
     S = 0.5 * (S0 + S1)
     Jinv = G.cay_jac_left_inv(hxi) if retraction == "cayley" else G.jac_left_inv(hxi)
-    nu = _mT(Jinv) @ S[:d]
+    nu = _mTv(Jinv, S[:d])
     p_plus = jnp.concatenate([nu - 0.5 * h * dg0, S[d:] - 0.5 * h * dx0])
-    p_minus = jnp.concatenate([_mT(G.Ad(f)) @ nu + 0.5 * h * dg1, S[d:] + 0.5 * h * dx1])
+    p_minus = jnp.concatenate([_mTv(G.Ad(f), nu) + 0.5 * h * dg1, S[d:] + 0.5 * h * dx1])
     return p_plus, p_minus, g1, x1
 
 
@@ -140,7 +146,7 @@ class _StepResidual(eqx.Module):
         w, Lam = z[:k], z[k:]
         p_plus, _, g1, x1 = discrete_momenta(system, g, x, w, h, self.retraction)
         c = 0.5 * (system.constraint(g, x, w, t) + system.constraint(g1, x1, w, t + h))
-        return jnp.concatenate([p_plus - A0.T @ Lam - rhs, c])
+        return jnp.concatenate([p_plus - _mTv(A0, Lam) - rhs, c])
 
 
 class _ProjectionResidual(eqx.Module):
@@ -156,12 +162,43 @@ class _ProjectionResidual(eqx.Module):
         k = system.n_velocities
         v, Lam = z[:k], z[k:]
         A = system.constraint_matrix(g1, x1, t1)
-        r1 = system.momentum(g1, x1, v) - A.T @ Lam - p
+        r1 = system.momentum(g1, x1, v) - _mTv(A, Lam) - p
         return jnp.concatenate([r1, system.constraint(g1, x1, v, t1)])
 
 
-def _solve(residual, x0, args, iters):
-    return newton_solve(residual, x0, args, iters=iters, jac_solve=dense_jac_solve(residual))
+class _SaddleJacSolve(eqx.Module):
+    """``jac_solve`` for residuals ``[F(v) − A^T Lam − p, C(v)]`` of ``z = (v, Lam)`` (``k + m``):
+    the multiplier columns of the Jacobian are known, ``[−A^T; 0]``, so forward mode runs over the
+    ``k`` velocity directions only; the saddle system is solved by whole-row Gauss–Jordan
+    elimination (velocity pivots first, as in :func:`~geomjax.systems.nonholonomic.saddle_solve`)."""
+
+    residual: eqx.Module
+    k: int = eqx.field(static=True)
+    A_of: object = eqx.field(static=True)
+
+    def __call__(self, z, args, r):
+        k = self.k
+        lam = z[k:]
+        Jv = jax.jacfwd(lambda v: self.residual(jnp.concatenate([v, lam]), args))(z[:k])
+        A = self.A_of(self.residual, args)
+        m = A.shape[0]
+        J_lam = jnp.concatenate([-_mT(A), jnp.zeros((m, m), A.dtype)], 0)
+        return gauss_jordan_solve(jnp.concatenate([Jv, J_lam], 1), r)
+
+
+def _A_step(residual, args):
+    return args[4]
+
+
+def _A_projection(residual, args):
+    params, g1, x1, _, t1 = args
+    return eqx.combine(params, residual.static).constraint_matrix(g1, x1, t1)
+
+
+def _solve(residual, x0, args, iters, A_of, k):
+    return newton_solve(
+        residual, x0, args, iters=iters, jac_solve=_SaddleJacSolve(residual, k, A_of)
+    )
 
 
 def _max_abs(a):
@@ -241,6 +278,8 @@ class NonholonomicVI(AbstractMethod):
             jnp.concatenate([v, 0.5 * h * state.lam]),  # the carried lam only seeds Newton
             (params, g, x, p0, A0, h, t),
             self.newton_iters,
+            _A_step,
+            k,
         )
         w, Lam_a = z[:k], z[k:]
         # 2. new configuration and the momentum arriving at it
@@ -252,7 +291,12 @@ class NonholonomicVI(AbstractMethod):
         t1 = t + h
         res2 = _ProjectionResidual(static)
         z, r2 = _solve(
-            res2, jnp.concatenate([w, Lam_a]), (params, g1, x1, p_arrive, t1), self.projection_iters
+            res2,
+            jnp.concatenate([w, Lam_a]),
+            (params, g1, x1, p_arrive, t1),
+            self.projection_iters,
+            _A_projection,
+            k,
         )
         v1, Lam_b = z[:k], z[k:]
 

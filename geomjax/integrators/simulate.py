@@ -384,10 +384,34 @@ def simulate(
             controls,
         )
 
+    return _integrate(
+        system,
+        method,
+        state0,
+        dt,
+        t0,
+        blocks,
+        controls if feedback else None,
+        n_save=n_save,
+        save_every=int(save_every),
+        checkpoint=bool(checkpoint),
+    )
+
+
+@eqx.filter_jit
+def _integrate(system, method, state0, dt, t0, blocks, feedback, *, n_save, save_every, checkpoint):
+    """The scan of :func:`simulate` (inputs already validated and cast).
+
+    Compiled by ``equinox.filter_jit``: arrays are traced, the rest (method, static parts of the
+    system, a feedback function, the step counts) is the cache key, so repeated eager calls of
+    :func:`simulate` reuse one compilation instead of re-tracing and re-compiling the scan each
+    time; under an outer ``jit``/``vmap``/``grad`` it is simply inlined."""
+    dtype = dt.dtype
+
     def one_step(carry, u):
         inner, t, worst = carry
-        if feedback:
-            u = controls(t, method.finalize(system, inner))
+        if feedback is not None:
+            u = feedback(t, method.finalize(system, inner))
         inner, stats = method.advance(system, inner, dt, u, t)
         # running maximum of the residual (NaN propagates, so a failed solve stays visible)
         worst = jnp.where(

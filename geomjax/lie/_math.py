@@ -173,6 +173,10 @@ def se3_coeff_f(t2):
 
 def mm(a, b):
     """Matrix product of ``(..., n, k)`` and ``(..., k, m)`` (batched, broadcasting)."""
+    if a.shape[-1] <= 4:
+        # products and sums fuse with their neighbours; on CPU a tiny ``dot`` (and each of its
+        # derivatives) is a separate kernel, the main cost of a small implicit step at batch 1
+        return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
     return jnp.matmul(a, b)
 
 

@@ -54,7 +54,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._linalg import degeneracy_tol, describe_degeneracy, pivot_ratio, small_solve
+from .._linalg import (
+    degeneracy_tol,
+    describe_degeneracy,
+    gauss_jordan_solve,
+    pivot_ratio,
+    small_solve,
+)
 from ..lie.base import LieGroup, check_shape
 from .base import AbstractSystem, check_finite
 
@@ -74,16 +80,18 @@ def saddle_solve(M, A, f, c):
     """Solve ``[[M, −A^T], [A, 0]] [y, lam] = [f, c]`` (``M`` SPD ``(k, k)``, ``A`` ``(m, k)`` of full
     rank).  Returns ``(y, lam)``.
 
-    Small systems (k + m ≤ 8) use unrolled elimination without pivoting (velocity unknowns first:
-    the pivots are those of ``M`` and then of the SPD Schur complement ``A M^{-1} A^T``), which is
-    much cheaper than LAPACK calls for the tiny matrices of mechanics and vectorizes under vmap."""
+    Small systems (k + m ≤ 16) use Gauss–Jordan elimination without pivoting (velocity unknowns
+    first: the pivots are those of ``M`` and then of the SPD Schur complement ``A M^{-1} A^T``),
+    one whole-row update per pivot: much cheaper than LAPACK calls (or scalar elimination) for the
+    tiny matrices of mechanics, and it vectorizes under vmap."""
     k, m = M.shape[0], A.shape[0]
+    solve = gauss_jordan_solve if k + m <= 16 else small_solve  # (small_solve: LAPACK above 8)
     if m == 0:
-        return small_solve(M, f), jnp.zeros((0,), f.dtype)
+        return solve(M, f), jnp.zeros((0,), f.dtype)
     K = jnp.concatenate(
         [jnp.concatenate([M, -A.T], 1), jnp.concatenate([A, jnp.zeros((m, m), A.dtype)], 1)], 0
     )
-    z = small_solve(K, jnp.concatenate([f, c]))
+    z = solve(K, jnp.concatenate([f, c]))
     return z[:k], z[k:]
 
 
@@ -97,6 +105,16 @@ def _consistent_state(system, g, x, v, t, project):
     A = system.constraint_matrix(g, x, t)
     S = A @ jnp.linalg.solve(M, A.T)
     return v, system.multipliers(t, g, x, v), (M, S)
+
+
+@eqx.filter_jit
+def _constraint_defect(system, g, x, v, t):
+    # one compiled function (cached per system structure): eagerly, the autodiff of the
+    # constraint matrix would dispatch dozens of small ops on every simulate call
+    c = system.constraint(g, x, v, t)
+    scale = jnp.max(jnp.abs(system.constraint_matrix(g, x, t))) * jnp.max(jnp.abs(v))
+    scale = scale + jnp.max(jnp.abs(system.constraint_rhs(g, x, t)), initial=0.0) + 1.0
+    return jnp.max(jnp.abs(c), initial=0.0), scale
 
 
 class NonholonomicState(eqx.Module):
@@ -321,11 +339,9 @@ class AbstractNonholonomicSystem(AbstractSystem):
         x = check_finite(x, f"{name}.x", where)
         v = check_finite(v, f"{name}.v", where)
         lam = check_finite(lam, f"{name}.lam", where)
-        c = self.constraint(g, x, v, t)
-        scale = jnp.max(jnp.abs(self.constraint_matrix(g, x, t))) * jnp.max(jnp.abs(v))
-        scale = scale + jnp.max(jnp.abs(self.constraint_rhs(g, x, t)), initial=0.0) + 1.0
+        cmax, scale = _constraint_defect(self, g, x, v, jnp.asarray(t, v.dtype))
         tol = float(jnp.finfo(v.dtype).eps) ** 0.5 if tol is None else tol
-        bad = jnp.max(jnp.abs(c), initial=0.0) > tol * scale
+        bad = cmax > tol * scale
         msg = (
             f"{where}: argument '{name}.v' violates the constraints A(q) v = b(q, t) "
             f"(build the state with system.make_state(..., project=True))"
@@ -333,7 +349,7 @@ class AbstractNonholonomicSystem(AbstractSystem):
         if _is_traced(bad):
             v = eqx.error_if(v, bad, msg)
         elif bool(bad):
-            raise ValueError(f"{msg}; |A v − b| = {float(jnp.max(jnp.abs(c))):.3g}")
+            raise ValueError(f"{msg}; |A v − b| = {float(cmax):.3g}")
         return NonholonomicState(g, x, v, lam)
 
     # --- invariants and diagnostics ---------------------------------------------------------------
