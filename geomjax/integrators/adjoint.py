@@ -214,7 +214,9 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
             "ReversibleAdjoint: the reconstructed trajectory left the stored one by more than tol; "
             "save more often (smaller save_every) or use checkpoint=True"
         )
-        ct_state0 = jax.tree_util.tree_map(lambda a: eqx.error_if(a, worst > tol, msg), ct_state0)
+        ct_state0 = jax.tree_util.tree_map(
+            lambda a: eqx.error_if(a, ~(worst <= tol), msg), ct_state0
+        )
     ct_controls = None
     if controls is not None:
         ct_controls = jax.tree_util.tree_map(lambda a, u: jnp.reshape(a, u.shape), ct_us, controls)
