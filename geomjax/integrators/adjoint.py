@@ -105,10 +105,12 @@ def _zeros_if_none(ct, like):
     )
 
 
-def _split(args):
-    """(differentiable arrays of (system, method), static rest)."""
+def _split(args, perturbed):
+    """(the perturbed arrays of (system, method), the rest): only those get a cotangent, the
+    others stay constants of the backward pass (no VJP work for them)."""
     _, system, method, *_ = args
-    return eqx.partition((system, method), eqx.is_inexact_array)
+    _, p_system, p_method, *_ = perturbed
+    return eqx.partition((system, method), (p_system, p_method))
 
 
 def _step_fn(static):
@@ -141,7 +143,7 @@ def _max_abs_diff(a, b):
 @_reversible.def_bwd
 def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
     state0, system, method, dt, _, controls = args
-    params, static = _split(args)
+    params, static = _split(args, perturbed)
     step = _step_fn(static)
     n_save = steps // save_every
     dtype = dt.dtype
@@ -212,7 +214,9 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
             "ReversibleAdjoint: the reconstructed trajectory left the stored one by more than tol; "
             "save more often (smaller save_every) or use checkpoint=True"
         )
-        ct_state0 = jax.tree_util.tree_map(lambda a: eqx.error_if(a, worst > tol, msg), ct_state0)
+        ct_state0 = jax.tree_util.tree_map(
+            lambda a: eqx.error_if(a, ~(worst <= tol), msg), ct_state0
+        )
     ct_controls = None
     if controls is not None:
         ct_controls = jax.tree_util.tree_map(lambda a, u: jnp.reshape(a, u.shape), ct_us, controls)

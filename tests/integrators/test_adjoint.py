@@ -56,28 +56,20 @@ def _rel(a, b):
     return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
 
 
-def test_lgvi_heavy_top_gradients_equal_plain_reverse_mode_and_finite_differences():
-    """Every parameter, with a control sequence and states saved every 10 steps (the
-    reconstruction is re-anchored at each saved state, whose cotangents enter there).  Agreement
-    with plain reverse mode: the same VJPs at states that differ by the reconstruction error
-    (~1e-15 here), so round-off (observed <= 3e-14; asserted 1e-10)."""
+def test_lgvi_heavy_top_gradients_equal_plain_reverse_mode():
+    """Every parameter (initial momentum, inertia, potential parameters, dt, the control
+    sequence), with states saved every 10 steps (the reconstruction is re-anchored at each saved
+    state, whose cotangents enter there).  Agreement with plain reverse mode: the same VJPs at
+    states that differ by the reconstruction error (~1e-15 here), so round-off (observed
+    <= 3e-14; asserted 1e-10).  Plain reverse mode itself is checked against central differences
+    in test_rigid_body.py; the reversible gradient against them in the sleigh test below."""
     p = _params()
-    f = jax.jit(lambda p: _loss(p, None, save_every=10))
-    plain = jax.jit(jax.grad(lambda p: _loss(p, None, save_every=10)))(p)
-    rev = jax.jit(jax.grad(lambda p: _loss(p, REV, save_every=10)))(p)
-    # the forward pass is simulate's own scan (here eager against jitted: XLA may reassociate)
-    np.testing.assert_allclose(f(p), _loss(p, REV, save_every=10), rtol=1e-13)
+    v_plain, plain = jax.jit(jax.value_and_grad(lambda p: _loss(p, None, save_every=10)))(p)
+    v_rev, rev = jax.jit(jax.value_and_grad(lambda p: _loss(p, REV, save_every=10)))(p)
+    # the forward pass is simulate's own scan (two compilations: XLA may reassociate)
+    np.testing.assert_allclose(v_rev, v_plain, rtol=1e-13)
     for name in p:
         assert _rel(rev[name], plain[name]) < 1e-10, name
-    # central differences along random directions: truncation O(eps²) ~ 1e-12, round-off
-    # ~1e-16/1e-6 = 1e-10 relative: 1e-6 leaves a wide margin
-    rng = np.random.default_rng(0)
-    for name in p:
-        v = jnp.asarray(rng.standard_normal(np.shape(p[name])))
-        eps = 1e-6
-        fd = (f({**p, name: p[name] + eps * v}) - f({**p, name: p[name] - eps * v})) / (2 * eps)
-        ad = jnp.sum(rev[name] * v)
-        assert abs(float(ad - fd)) <= 1e-6 * max(1.0, abs(float(fd))), (name, ad, fd)
 
 
 def test_composition_without_anchors():
@@ -133,9 +125,6 @@ def test_reconstruction_error():
     assert float(err) < 1e-11
     assert float(jnp.max(jnp.abs(rec.R.T @ rec.R - jnp.eye(3)))) < 1e-13  # on the group
     bad = gj.LGVI(newton_iters=1)
-    fast = RB.make_state(R0, 8.0 * PI0)
-    err_bad, _ = reconstruction_error(RB, bad, fast, 0.2, 50)
-    assert float(err_bad) > 1e-6
 
     def loss(pi0):
         sol = gj.simulate(
