@@ -225,17 +225,19 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for m in dict.fromkeys(r["method"] for r in rows):
+    for i, m in enumerate(dict.fromkeys(r["method"] for r in rows)):
         rr = [r for r in rows if r["method"] == m]
         dts = [r["dt"] for r in rr]
-        axes[0].loglog(dts, [r["max_energy_err"] for r in rr], "o-", label=m)
-        if rr[0]["max_constraint"] is not None:
-            axes[1].loglog(dts, [max(r["max_constraint"], 1e-17) for r in rr], "o-", label=m)
+        style = {"color": f"C{i}", "marker": "o", "label": m}
+        axes[0].loglog(dts, [r["max_energy_err"] for r in rr], **style)
+        if rr[0]["max_constraint"] is not None:  # the angle formulation has no constraint
+            axes[1].loglog(dts, [max(r["max_constraint"], 1e-17) for r in rr], **style)
     axes[0].set(xlabel="dt", ylabel="max |E − E0|", title="energy error")
     axes[1].set(xlabel="dt", ylabel="max |g(q)|", title="constraint violation")
     for a in axes:
         a.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    for a in axes:
+        a.legend(fontsize=8)
     save_figure(fig, path)
 
 
