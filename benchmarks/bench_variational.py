@@ -18,6 +18,12 @@ Reported: (a) the largest energy error, its growth (max over the last half / fir
 largest constraint violation over ``T`` for each step size; (b) cost per step (batch 1, compile
 time separately; DOP853 is a Python loop around a jitted right-hand side).  Table, JSON in
 ``benchmarks/results/variational.json`` and a plot.
+
+What to expect (measured once, T = 50, shared loaded 2-core CPU, float64): at equal ``dt`` the
+fifth/eighth-order baselines have far smaller energy errors on this horizon (RATTLE 3e-2,
+Tsit5 + projection 4e-6, DOP853 2e-8 at dt = 0.01); the variational errors are O(dt²) and do not
+grow (growth ≈ 1), DOP853's grows linearly (≈ 4) and its constraint drifts (1e-9), RATTLE's and the
+projected Tsit5's constraints stay at round-off; per step RATTLE costs ~0.6× Tsit5 + projection.
 """
 
 from __future__ import annotations
