@@ -456,7 +456,7 @@ class Impacts(_VariationalMethod):
 
     :meth:`solve_step` also returns the impact time and normal impulse.  Steps without an impact
     cost one inner step (``lax.cond``); under ``jax.vmap`` both branches run, so every step of a
-    batch pays for the root finding (``root_iters + 3`` inner steps per resolved impact).
+    batch pays for the root finding (about ``root_iters + 5`` inner steps, most with a tangent).
     """
 
     surface: Callable = eqx.field(static=True)
