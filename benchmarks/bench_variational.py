@@ -18,6 +18,12 @@ Reported: (a) the largest energy error, its growth (max over the last half / fir
 largest constraint violation over ``T`` for each step size; (b) cost per step (batch 1, compile
 time separately; DOP853 is a Python loop around a jitted right-hand side).  Table, JSON in
 ``benchmarks/results/variational.json`` and a plot.
+
+What to expect (measured once, T = 50, shared loaded 2-core CPU, float64): at equal ``dt`` the
+fifth/eighth-order baselines have far smaller energy errors on this horizon (RATTLE 3e-2,
+Tsit5 + projection 4e-6, DOP853 2e-8 at dt = 0.01); the variational errors are O(dt²) and do not
+grow (growth ≈ 1), DOP853's grows linearly (≈ 4) and its constraint drifts (1e-9), RATTLE's and the
+projected Tsit5's constraints stay at round-off; per step RATTLE costs ~0.6× Tsit5 + projection.
 """
 
 from __future__ import annotations
@@ -225,17 +231,19 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for m in dict.fromkeys(r["method"] for r in rows):
+    for i, m in enumerate(dict.fromkeys(r["method"] for r in rows)):
         rr = [r for r in rows if r["method"] == m]
         dts = [r["dt"] for r in rr]
-        axes[0].loglog(dts, [r["max_energy_err"] for r in rr], "o-", label=m)
-        if rr[0]["max_constraint"] is not None:
-            axes[1].loglog(dts, [max(r["max_constraint"], 1e-17) for r in rr], "o-", label=m)
+        style = {"color": f"C{i}", "marker": "o", "label": m}
+        axes[0].loglog(dts, [r["max_energy_err"] for r in rr], **style)
+        if rr[0]["max_constraint"] is not None:  # the angle formulation has no constraint
+            axes[1].loglog(dts, [max(r["max_constraint"], 1e-17) for r in rr], **style)
     axes[0].set(xlabel="dt", ylabel="max |E − E0|", title="energy error")
     axes[1].set(xlabel="dt", ylabel="max |g(q)|", title="constraint violation")
     for a in axes:
         a.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    for a in axes:
+        a.legend(fontsize=8)
     save_figure(fig, path)
 
 
