@@ -40,3 +40,8 @@ def test_readme_examples_run_and_hold():
     qs = ns["vsol"].states.q
     assert float(jnp.max(jnp.abs(jnp.sum(qs * qs, -1) - 1.0))) < 1e-13
     assert float(jnp.min(ns["bsol"].states.q[:, 1])) >= -1e-12
+
+    # base-controlled systems: a small shape loop turns the body by exp(−F·area) (to O(ε³))
+    w = ns["gj"].SO3.log(ns["turns"][0])
+    pred = -ns["curv"][:, 0, 1] * np.pi * 0.05**2
+    assert float(jnp.linalg.norm(w - pred)) < 0.05 * float(jnp.linalg.norm(pred))

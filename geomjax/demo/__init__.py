@@ -15,6 +15,9 @@ SECTIONS = {
     "riemann": riemann,
     "nonholonomic": nonholonomic,
 }
+from . import reconstruction as _reconstruction  # noqa: E402  (seed 004 section)
+
+SECTIONS["base-controlled"] = _reconstruction
 
 # variational integrators in coordinates (issue 12)
 from . import variational as _variational  # noqa: E402

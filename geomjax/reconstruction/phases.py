@@ -156,6 +156,11 @@ def so3_phases(recon: Reconstruction, solution: Solution) -> dict[str, jax.Array
     """
     if not (isinstance(recon, Reconstruction) and recon.group.name == "SO3"):
         raise ValueError("so3_phases: argument 'recon' must be a Reconstruction on SO(3)")
+    return _so3_phases(recon, solution)
+
+
+@eqx.filter_jit
+def _so3_phases(recon, solution):
     g, mu = solution.states.g, solution.states.mu
     ts = solution.ts
     mus = jnp.einsum("nij,nj->ni", g, mu)
