@@ -36,3 +36,7 @@ def test_readme_examples_run_and_hold():
     q, v = ns["sol"].states.g, ns["sol"].states.v
     viol = v[:, 0] * jnp.sin(q[:, 2]) - v[:, 1] * jnp.cos(q[:, 2])
     assert float(jnp.max(jnp.abs(viol))) < 1e-12
+    # base-controlled systems: a small shape loop turns the body by exp(−F·area) (to O(ε³))
+    w = ns["gj"].SO3.log(ns["turns"][0])
+    pred = -ns["curv"][:, 0, 1] * np.pi * 0.05**2
+    assert float(jnp.linalg.norm(w - pred)) < 0.05 * float(jnp.linalg.norm(pred))

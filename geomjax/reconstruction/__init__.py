@@ -13,6 +13,7 @@ kinematic).  :mod:`.phases` gives holonomies and the dynamic/geometric factoriza
 from . import examples
 from .core import BaseControlledSystem, Coefficients, Reconstruction, saddle_solve
 from .examples import (
+    ball_in_ball,
     ball_on_turntable,
     deforming_body,
     free_rigid_body,
@@ -31,6 +32,7 @@ __all__ = [
     "MomentumLGVI",
     "Reconstruction",
     "ReconstructionRKMK4",
+    "ball_in_ball",
     "ball_on_turntable",
     "deforming_body",
     "examples",

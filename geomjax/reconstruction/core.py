@@ -191,35 +191,52 @@ class BaseControlledSystem(eqx.Module):
         return jax.eval_shape(self.constraint, q, q).shape[0]
 
     def generator(self, q, xi):
-        """Infinitesimal generator ``ξ_Q(q) = d/ds action(exp(s ξ), q)|₀`` (a tangent at ``q``)."""
+        """Infinitesimal generator ``ξ_Q(q) = d/ds action(exp(s ξ), q)|₀`` (a tangent at ``q``).
+
+        For groups stored as matrices the tangent of ``exp(sξ)`` at ``s = 0`` is ``hat(ξ)``, so
+        the JVP is taken at the identity without differentiating ``exp``."""
         G = self.group
         xi = jnp.asarray(xi)
+        if tuple(G.element_shape) == (G.matrix_dim, G.matrix_dim):
+            e = G.identity(dtype=xi.dtype)
+            return jax.jvp(lambda g: self.action(g, q), (e,), (G.hat(xi),))[1]
         zero = jnp.zeros_like(xi)
         return jax.jvp(lambda x: self.action(G.exp(x), q), (zero,), (xi,))[1]
 
+    def generators(self, q):
+        """The generators of the basis of g, stacked on a leading axis of length ``n``."""
+        dt = jnp.result_type(*jax.tree_util.tree_leaves(q))
+        return jax.vmap(lambda x: self.generator(q, x))(jnp.eye(self.dim, dtype=dt))
+
+    # The kinetic energy is a quadratic form in the velocity, so its polar form
+    # B(u, w) = K(u + w) − K(u) − K(w) is exact: locked inertia and momentum map need kinetic
+    # energy evaluations only (no second-order autodiff, hence small programs to compile).
+    def _polar(self, q, u, w):
+        return self.kinetic(q, _tree_add(u, w)) - self.kinetic(q, u) - self.kinetic(q, w)
+
     def locked_inertia(self, q) -> jax.Array:
         """Locked inertia ``I(q)``: ``⟨I(q)X, Y⟩ = k_q(X_Q, Y_Q)``, ``(n, n)``."""
-        dt = jnp.result_type(*jax.tree_util.tree_leaves(q))
-        z = jnp.zeros((self.dim,), dt)
-        return jax.hessian(lambda x: self.kinetic(q, self.generator(q, x)))(z)
+        X = self.generators(q)
+        row = lambda u: jax.vmap(lambda w: self._polar(q, u, w))(X)  # noqa: E731
+        I = jax.vmap(row)(X)
+        return 0.5 * (I + I.T)
 
     def momentum_map(self, q, v) -> jax.Array:
         """Momentum map ``J(q, v) ∈ g*`` (left-invariant form at ``q``):
         ``⟨J, X⟩ = k_q(v, X_Q(q))``, ``(n,)``.  Along ``c = g·d₀`` the spatial momentum is
         ``Ad_{g⁻¹}ᵀ J(d₀, ḋ₀ + ξ_Q(d₀))``."""
-        dt = jnp.result_type(*jax.tree_util.tree_leaves(q))
-        z = jnp.zeros((self.dim,), dt)
-        return jax.grad(lambda x: self.kinetic(q, _tree_add(v, self.generator(q, x))))(z)
+        return jax.vmap(lambda w: self._polar(q, v, w))(self.generators(q))
 
     def constraint_terms(self, q, v):
         """``(C, r)`` at ``(q, v)``: ``constraint(q, v + ξ_Q(q)) = 0 ⇔ C ξ = r``;
-        ``C`` ``(m, n)``, ``r`` ``(m,)``."""
+        ``C`` ``(m, n)``, ``r`` ``(m,)`` (exact differences: the constraint is affine in v)."""
         dt = jnp.result_type(*jax.tree_util.tree_leaves(q))
         if self.constraint is None:
             return jnp.zeros((0, self.dim), dt), jnp.zeros((0,), dt)
-        z = jnp.zeros((self.dim,), dt)
-        f = lambda x: self.constraint(q, _tree_add(v, self.generator(q, x)))  # noqa: E731
-        return jax.jacfwd(f)(z), -f(z)
+        c0 = self.constraint(q, v)
+        cz = self.constraint(q, _tree_zeros(q))
+        C = jax.vmap(lambda w: self.constraint(q, w) - cz)(self.generators(q)).T
+        return C, -c0
 
     def h1_singular_values(self, q) -> jax.Array:
         """Singular values ``(m,)`` of ``C(q)``, the constraints restricted to the vertical
@@ -310,6 +327,11 @@ def _state(recon, g0, momentum, t, spatial):
             m = jnp.swapaxes(G.Ad(g0), -1, -2) @ m
         xi = recon.velocity(m, t, co)
     return LieGroupState(g0, co.I0 @ xi + co.J0)
+
+
+def _time(t):
+    t = jnp.asarray(t)
+    return t if jnp.issubdtype(t.dtype, jnp.inexact) else t.astype(jnp.result_type(float))
 
 
 def _call_curve(curve, params, t):
@@ -403,7 +425,7 @@ class Reconstruction(eqx.Module):
 
     def gauge_velocity(self, t):
         """``(d₀(t), ḋ₀(t))``."""
-        t = jnp.asarray(t, jnp.result_type(float))
+        t = _time(t)
         return jax.jvp(self.gauge_point, (t,), (jnp.ones_like(t),))
 
     def coefficients(self, t) -> Coefficients:
@@ -417,7 +439,7 @@ class Reconstruction(eqx.Module):
 
     def coefficient_rates(self, t):
         """``(coefficients(t), d/dt coefficients(t))``."""
-        t = jnp.asarray(t, jnp.result_type(float))
+        t = _time(t)
         return jax.jvp(self.coefficients, (t,), (jnp.ones_like(t),))
 
     # --- state -------------------------------------------------------------------------------
@@ -479,12 +501,13 @@ class Reconstruction(eqx.Module):
         mu_s = jnp.swapaxes(G.Ad(G.inverse(g)), -1, -2) @ mu
         return jnp.swapaxes(G.Ad(g), -1, -2) @ self.system.spatial_torque(t, mu_s)
 
-    def vector_field(self, t, state, u=None):
+    def vector_field(self, t, state, u=None, rates=None):
         """``(ξ, dΠ/dt)``: ``Π̇ = (ad_ξ)ᵀΠ + τ + Cᵀλ`` with ``λ`` keeping ``Π = I₀ξ + J₀``
-        and ``Cξ = r`` (the index-reduced form of eqs. 11 and 7)."""
+        and ``Cξ = r`` (the index-reduced form of eqs. 11 and 7).  ``rates``: precomputed
+        :meth:`coefficient_rates` at ``t`` (they depend on the time only)."""
         G = self.group
         g, mu = self.split(state)
-        co, dco = self.coefficient_rates(t)
+        co, dco = self.coefficient_rates(t) if rates is None else rates
         xi = self.velocity(mu, t, co)
         f = G.coad(xi, mu)
         tau = self.body_torque(t, g, mu)

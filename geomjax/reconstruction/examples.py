@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import Partial
 
-from ..lie import SO3, Rn, Tn
+from ..lie import SO3, PowerGroup, Rn, Tn
 from .core import BaseControlledSystem
 
 __all__ = [
+    "ball_in_ball",
     "ball_on_turntable",
     "deforming_body",
     "free_rigid_body",
@@ -329,4 +330,72 @@ def magnetic_deforming_body(
         base_dim=base.base_dim,
         spatial_torque=Partial(_larmor_torque, wl),
         name="magnetic_deforming_body",
+    )
+
+
+# --- §5.3 small ball rolling inside a free big ball ------------------------------------------
+def _tangent_frame(n):
+    """Orthonormal tangent frame ``(2, 3)`` of the unit sphere at ``n``, smooth off ``n = −e_z``."""
+    x, y, z = n[0], n[1], n[2]
+    c = 1.0 / (1.0 + z)
+    t1 = jnp.stack([1.0 - x * x * c, -x * y * c, -x])
+    t2 = jnp.stack([-x * y * c, 1.0 - y * y * c, -y])
+    return jnp.stack([t1, t2])
+
+
+def _bib_kinetic(I1, mu, I3, r, a, q, qd):
+    w1 = _spatial_omega(q[0], qd[0])
+    w3 = _spatial_omega(q[2], qd[2])
+    return 0.5 * I1 * jnp.sum(w1**2) + 0.5 * mu * jnp.sum(qd[1] ** 2) + 0.5 * I3 * jnp.sum(w3**2)
+
+
+def _bib_constraint(I1, mu, I3, r, a, q, qd):
+    n = q[1] / jnp.linalg.norm(q[1])
+    w1 = _spatial_omega(q[0], qd[0])
+    w3 = _spatial_omega(q[2], qd[2])
+    slip = qd[1] + a * jnp.cross(w3, n) - (r + a) * jnp.cross(w1, n)
+    return _tangent_frame(n) @ slip
+
+
+def _bib_action(g, q):
+    R, g3 = g[0], g[1]
+    return (R @ q[0], R @ q[1], R @ q[2] @ g3.T)
+
+
+def _bib_section(r, b):
+    th, ph = b[0], b[1]
+    n = jnp.stack([jnp.sin(th) * jnp.cos(ph), jnp.sin(th) * jnp.sin(ph), jnp.cos(th)])
+    e = jnp.eye(3, dtype=b.dtype)
+    return (e, r * n, e)
+
+
+def ball_in_ball(mass_big=10.0, mass_small=1.0, radius_big=1.0, radius_small=0.2, inertia_big=None):
+    """A small ball rolling without slipping inside a free big ball (seed 004 §5.3: a robot
+    inside a spacecraft), no external forces, the path of the small ball prescribed as seen
+    from the big ball.
+
+    ``Q = SO(3) × S²_r × SO(3) ∋ (R₁, r₂, R₃)``: big-ball attitude, centre of the small ball
+    relative to the big one's (``|r₂| = r = radius_big − radius_small``), small-ball attitude.
+    Corrected Lagrangian (the paper's r² is spurious, see the conventions notes):
+    ``K = ½ I₁|ω₁|² + ½ μ|ṙ₂|² + ½ I₃|ω₃|²`` with ``μ = m₁m₂/(m₁+m₂)`` (centre of mass at rest),
+    ``I₁ = inertia_big`` (default ``2/5 m₁ R²``), ``I₃ = 2/5 m₂ a²``.  Rolling at the contact
+    point ``r₂ + a n`` (``n = r₂/r``, ``ω`` spatial): ``ṙ₂ + a ω₃ × n − (r + a) ω₁ × n = 0``
+    (its two tangential components, in a frame singular only at ``n = −e_z``).
+    ``G = SO(3) × SO(3) ∋ (R, g₃)`` (:class:`geomjax.lie.PowerGroup`) acts by
+    ``(R R₁, R r₂, R R₃ g₃⁻¹)``; base ``b = (θ, φ)``: polar angles of ``R₁⁻¹ r₂`` (the path seen
+    from the big ball), section ``(e, r n(θ, φ), e)``.  ``g^q = h ⊕ span{…}``: the total angular
+    momentum (the ``h``-part) is conserved.
+    """
+    m1, m2, Rb, a = (_f(v) for v in (mass_big, mass_small, radius_big, radius_small))
+    r = Rb - a
+    I1 = 0.4 * m1 * Rb**2 if inertia_big is None else _f(inertia_big)
+    p = (I1, m1 * m2 / (m1 + m2), 0.4 * m2 * a**2, r, a)
+    return BaseControlledSystem(
+        group=PowerGroup(SO3, 2),
+        kinetic=Partial(_bib_kinetic, *p),
+        action=_bib_action,
+        section=Partial(_bib_section, r),
+        base_dim=2,
+        constraint=Partial(_bib_constraint, *p),
+        name="ball_in_ball",
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from ..integrators.base import AbstractMethod, StepStats, needs_reorthonormalization
@@ -75,8 +76,10 @@ class MomentumLGVI(AbstractMethod):
         g, mu = system.split(state)
         h = jnp.asarray(dt, mu.dtype)
         t = jnp.asarray(t, mu.dtype)
-        co_k = system.coefficients(t)
-        co = system.coefficients(t + 0.5 * h)
+        # node and midpoint coefficients in one vmapped evaluation (one copy in the program)
+        both = jax.vmap(system.coefficients)(jnp.stack([t, t + 0.5 * h]))
+        co_k = jax.tree_util.tree_map(lambda x: x[0], both)
+        co = jax.tree_util.tree_map(lambda x: x[1], both)
         kick = system.body_torque(t, g, mu)
         if control is not None:
             kick = control if kick is None else kick + control
@@ -118,17 +121,26 @@ class ReconstructionRKMK4(AbstractMethod):
         G = system.group
         g0, mu0 = system.split(state)
         h = jnp.asarray(dt, mu0.dtype)
+        t = jnp.asarray(t, mu0.dtype)
+        # the gauge quantities depend on the time only: evaluate them at t, t + h/2, t + h in
+        # one vmapped call (RK4 needs no others), so the program holds a single copy
+        ts = jnp.stack([t, t + 0.5 * h, t + h])
+        rates = jax.vmap(system.coefficient_rates)(ts)
+        at = [jax.tree_util.tree_map(lambda x, i=i: x[i], rates) for i in range(3)]
+        node = {0.0: 0, 0.5: 1, 1.0: 2}
 
-        def f(tau, theta, mu):
+        def f(frac, theta, mu):
             g = G.compose(g0, G.exp(theta))
-            xi, dmu = system.vector_field(t + tau, system.make_state(g, mu), control)
+            xi, dmu = system.vector_field(
+                t + frac * h, system.make_state(g, mu), control, rates=at[node[frac]]
+            )
             return G.jac_right_inv(theta) @ xi, dmu
 
         th0 = jnp.zeros_like(mu0)
         k1 = f(0.0, th0, mu0)
-        k2 = f(0.5 * h, th0 + 0.5 * h * k1[0], mu0 + 0.5 * h * k1[1])
-        k3 = f(0.5 * h, th0 + 0.5 * h * k2[0], mu0 + 0.5 * h * k2[1])
-        k4 = f(h, th0 + h * k3[0], mu0 + h * k3[1])
+        k2 = f(0.5, th0 + 0.5 * h * k1[0], mu0 + 0.5 * h * k1[1])
+        k3 = f(0.5, th0 + 0.5 * h * k2[0], mu0 + 0.5 * h * k2[1])
+        k4 = f(1.0, th0 + h * k3[0], mu0 + h * k3[1])
         theta = h / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
         mu1 = mu0 + h / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
         return system.make_state(G.compose(g0, G.exp(theta)), mu1), StepStats.explicit(mu0.dtype)
@@ -150,16 +162,15 @@ class HorizontalLift(AbstractMethod):
         G = system.group
         g0, mu0 = system.split(state)
         h = jnp.asarray(dt, mu0.dtype)
-
-        def f(tau, theta):
-            return G.jac_right_inv(theta) @ system.lift_velocity(t + tau)
-
+        t = jnp.asarray(t, mu0.dtype)
+        # ξ(t) does not depend on g: three vmapped evaluations serve the four RK stages
+        cos = jax.vmap(system.coefficients)(jnp.stack([t, t + 0.5 * h, t + h]))
+        xis = jax.vmap(lambda c: saddle_solve(c.I0, c.C, -c.J0, c.r)[0])(cos)
         th0 = jnp.zeros_like(mu0)
-        k1 = f(0.0, th0)
-        k2 = f(0.5 * h, th0 + 0.5 * h * k1)
-        k3 = f(0.5 * h, th0 + 0.5 * h * k2)
-        k4 = f(h, th0 + h * k3)
-        theta = h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        co = system.coefficients(t + h)
-        mu1 = co.I0 @ system.lift_velocity(t + h, co) + co.J0
+        k1 = xis[0]
+        k2 = G.jac_right_inv(0.5 * h * k1) @ xis[1]
+        k3 = G.jac_right_inv(0.5 * h * k2) @ xis[1]
+        k4 = G.jac_right_inv(h * k3) @ xis[2]
+        theta = th0 + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        mu1 = cos.I0[2] @ xis[2] + cos.J0[2]
         return system.make_state(G.compose(g0, G.exp(theta)), mu1), StepStats.explicit(mu0.dtype)
