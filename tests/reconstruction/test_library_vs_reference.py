@@ -303,3 +303,66 @@ def test_curvature_sign_small_loop_holonomy_of_the_newton_euler_body():
     # O(s) error: halves with s (observed 1.2e-3 → 5.8e-4, ratio 2.04; 0.6 % of |F|); the
     # opposite sign convention would miss by 2|F| ≈ 0.19
     assert errs[1] < 0.6 * errs[0] and errs[1] < 0.05 * np.linalg.norm(F)
+
+
+# ---------------------------------------------------------------------- §5.3 ball in ball
+
+
+def _bib_path(p, t):
+    """Polar angles (θ, φ) of the small ball's centre seen from the big ball: colatitude
+    p₀ + p₁ sin s, longitude s, time law s = t + p₂ sin t (p₁ = 0: a latitude circle)."""
+    s = t + p[2] * jnp.sin(t)
+    return jnp.stack([p[0] + p[1] * jnp.sin(s), s])
+
+
+def test_ball_in_ball_against_two_body_newton_euler():
+    """``ball_in_ball`` (reduced, PowerGroup(SO3, 2)) against the Newton–Euler reference of
+    both balls with contact and agent forces as multipliers: (i) latitude loop, zero momentum
+    and spin — the relative-equilibrium closed form; (ii) a wobbling loop with total angular
+    momentum and spin about the contact normal (dynamic, not geometric)."""
+    BB = dict(m1=3.0, m2=1.0, Rb=1.0, a=0.25)
+    r = BB["Rb"] - BB["a"]
+    S = rc.ball_in_ball(mass_big=3.0, mass_small=1.0, radius_big=1.0, radius_small=0.25)
+    T = 2 * np.pi
+
+    @eqx.filter_jit
+    def run(rec, s0, n):
+        def body(k, s):
+            return rc.ReconstructionRKMK4().step(rec, s, T / n, None, k * T / n)[0]
+
+        s = jax.lax.fori_loop(0, n, body, s0)
+        q = rec.configuration(s, T)
+        return q[0], q[2]
+
+    def r21(p):
+        def c(t):
+            th, ph = _bib_path(jnp.asarray(p), t)
+            return r * jnp.stack(
+                [jnp.sin(th) * jnp.cos(ph), jnp.sin(th) * jnp.sin(ph), jnp.cos(th)]
+            )
+
+        return c
+
+    # (i) latitude, zero momentum and spin: R1(t) = exp(t (c1 + e3)^) R_z(−t)
+    p = np.array([0.9, 0.0, 0.0])
+    rec = rc.Reconstruction(S, _bib_path, params=jnp.asarray(p))
+    R1, R3 = run(rec, rec.state(), 256)
+    c1 = cf.ball_in_ball_latitude(alpha=0.9, nu=1.0, s=0.0, **BB)["c1"]
+    # RKMK4, h = 2π/256: observed ≤ 1e-9
+    np.testing.assert_allclose(np.asarray(R1), cf.latitude_rotation(T, c1=c1, nu=1.0)[0], atol=1e-7)
+    ref_i = ref.ball_in_ball(r21(p), T, t_eval=[0.0, T], **BB)
+    np.testing.assert_allclose(np.asarray(R3), ref_i["R3"][-1], atol=1e-7)
+    # (ii) wobbling loop with momentum L0 and spin: physical initial velocity from the reference
+    p = np.array([0.9, 0.3, 0.2])
+    L0, spin = np.array([0.2, -0.1, 0.3]), 0.4
+    ref_ii = ref.ball_in_ball(r21(p), T, L0=L0, spin0=spin, t_eval=[0.0, T], **BB)
+    w1, w3 = ref_ii["w1"][0], ref_ii["w3"][0]
+    d, dd = ref_ii["d"][0], ref_ii.y[0, 9:12] - ref_ii.y[0, 3:6]
+    q0 = (jnp.eye(3), jnp.asarray(d), jnp.eye(3))
+    qd0 = (jnp.asarray(cf.hat(w1)), jnp.asarray(dd), jnp.asarray(cf.hat(w3)))
+    rec = rc.Reconstruction(S, _bib_path, params=jnp.asarray(p))
+    s0 = rec.state(momentum=S.momentum_map(q0, qd0), spatial=True)
+    R1, R3 = run(rec, s0, 256)
+    np.testing.assert_allclose(np.asarray(R1), ref_ii["R1"][-1], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(R3), ref_ii["R3"][-1], atol=1e-7)
+    assert cf.rotation_angle_axis(ref_ii["R1"][-1])[0] > 0.05
