@@ -5,7 +5,9 @@ independent references of ``tests/reconstruction/reference.py``).
     python benchmarks/bench_reconstruction.py [--fast]        (or: geomjax bench reconstruction)
 
 (a) Accuracy vs cost: the ball on a turntable (§5.2, affine nonholonomic, a non-circular contact
-    path) and a self-deforming body (rigid core with two moving masses, conserved momentum μ ≠ 0).
+    path), a self-deforming body (rigid core with two moving masses, conserved momentum μ ≠ 0)
+    and the small ball rolling inside a free big ball (§5.3, with total angular momentum and
+    spin: the dynamic, non-geometric case; the big ball's final attitude).
     ``MomentumLGVI`` (second order, momentum to round-off) and ``ReconstructionRKMK4`` (fourth
     order) at several step counts, and DOP853 on the full system at several tolerances; error of
     the final attitude against DOP853 at rtol = atol = 1e-12. Compile time separately.
@@ -150,11 +152,49 @@ def deforming_problem():
                 attitude=lambda s: np.asarray(s.g), ref_key="R")  # fmt: skip
 
 
+def ball_in_ball_problem():
+    BB = dict(m1=3.0, m2=1.0, Rb=1.0, a=0.25)
+    r = BB["Rb"] - BB["a"]
+    T = 2 * np.pi
+    L0, spin = np.array([0.2, -0.1, 0.3]), 0.4
+    S = rc.ball_in_ball(mass_big=3.0, mass_small=1.0, radius_big=1.0, radius_small=0.25)
+
+    def base(t):
+        s = t + 0.2 * jnp.sin(t)
+        return jnp.stack([0.9 + 0.3 * jnp.sin(s), s])
+
+    def r21(t):
+        th, ph = base(t)
+        return r * jnp.stack([jnp.sin(th) * jnp.cos(ph), jnp.sin(th) * jnp.sin(ph), jnp.cos(th)])
+
+    def full_tol(rtol):
+        t0 = time.perf_counter()
+        sol = _with_tol(
+            rtol, lambda: ref.ball_in_ball(r21, T, L0=L0, spin0=spin, t_eval=[0.0, T], **BB)
+        )
+        sol.parts["R"] = sol["R1"]
+        return sol, time.perf_counter() - t0
+
+    first, _ = full_tol(1e-12)
+    w1, w3 = first["w1"][0], first["w3"][0]
+    dd = first.y[0, 9:12] - first.y[0, 3:6]
+    q0 = (jnp.eye(3), jnp.asarray(first["d"][0]), jnp.eye(3))
+    qd0 = (jnp.asarray(_hat(w1)), jnp.asarray(dd), jnp.asarray(_hat(w3)))
+    rec = rc.Reconstruction(S, base)
+    s0 = rec.state(momentum=S.momentum_map(q0, qd0), spatial=True)
+
+    def attitude(state):
+        return np.asarray(rec.configuration(state, T)[0])
+
+    return dict(name="ball in ball (§5.3, L ≠ 0, spin)", rec=rec, s0=s0, T=T,
+                full_tol=full_tol, attitude=attitude, ref_key="R")  # fmt: skip
+
+
 def accuracy_cost(fast):
     rows = []
     ns = [32, 64] if fast else [16, 32, 64, 128, 256, 512]
     tols = [1e-6] if fast else [1e-4, 1e-6, 1e-8, 1e-10]
-    for prob in (turntable_problem(), deforming_problem()):
+    for prob in (turntable_problem(), deforming_problem(), ball_in_ball_problem()):
         exact, _ = prob["full_tol"](1e-12)
         exact = exact[prob["ref_key"]][-1]
         for mname, method in (("MomentumLGVI", rc.MomentumLGVI()),
@@ -278,8 +318,8 @@ def plot(rows, P, hol, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, system in zip(axes[:2], dict.fromkeys(r["system"] for r in rows)):
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    for ax, system in zip(axes[:3], dict.fromkeys(r["system"] for r in rows)):
         for method, mk in (("MomentumLGVI", "o-"), ("ReconstructionRKMK4", "s-"),
                            ("DOP853 full system", "^--")):  # fmt: skip
             rr = [r for r in rows if r["system"] == system and r["method"] == method]
@@ -291,10 +331,10 @@ def plot(rows, P, hol, path):
         ax.set_title(system)
         ax.legend(fontsize=8)
     area = np.pi * P[:, 0] ** 2 * P[:, 3]
-    axes[2].scatter(area, hol, s=4)
-    axes[2].set_xlabel("enclosed area in shape space (b₁, b₂)")
-    axes[2].set_ylabel("reorientation angle after the loop [rad]")
-    axes[2].set_title(f"{len(hol)} loops, one vmapped call")
+    axes[3].scatter(area, hol, s=4)
+    axes[3].set_xlabel("enclosed area in shape space (b₁, b₂)")
+    axes[3].set_ylabel("reorientation angle after the loop [rad]")
+    axes[3].set_title(f"{len(hol)} loops, one vmapped call")
     save_figure(fig, path)
 
 
