@@ -115,3 +115,9 @@ __all__ = [
     "step",
     "systems",
 ]
+
+# --- gradient-based control and trajectory optimization (issue 11) -------------------------------
+from . import control
+from .control import GroupParam, OptimizeResult, optimize, optimize_restarts
+
+__all__ += ["GroupParam", "OptimizeResult", "control", "optimize", "optimize_restarts"]
