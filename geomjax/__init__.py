@@ -164,3 +164,9 @@ __all__ += [
     "so3_phases",
     "solid_angle",
 ]
+
+# --- gradient-based control and trajectory optimization (issue 11) -------------------------------
+from . import control  # noqa: E402
+from .control import GroupParam, OptimizeResult, optimize, optimize_restarts  # noqa: E402
+
+__all__ += ["GroupParam", "OptimizeResult", "control", "optimize", "optimize_restarts"]

@@ -264,10 +264,11 @@ class Magnus4(AbstractMethod):
     """Fourth-order Magnus integrator for :class:`KinematicSystem` (Iserles–Nørsett): with ``ξ₁, ξ₂``
     at the Gauss points ``t_k + (½ ∓ √3/6) h``,
 
-        Ω = h/2 (ξ₁ + ξ₂) − (√3/12) h² [ξ₁, ξ₂],   g_{k+1} = g_k exp(Ω)  (left)
+        Ω = h/2 (ξ₁ + ξ₂) + (√3/12) h² [ξ₁, ξ₂],   g_{k+1} = g_k exp(Ω)  (left)
 
     and ``g_{k+1} = exp(Ω') g_k`` with the commutator sign flipped for the right-invariant
-    equation.  Explicit; stays on the group to round-off."""
+    equation ``ġ = ξ g`` (Iserles–Nørsett's ``Y' = A(t) Y``: ``Ω' = h/2 (A₁ + A₂) −
+    (√3/12) h² [A₁, A₂]``; the left case follows from ``(g⁻¹)' = −ξ g⁻¹``).  Explicit; stays on the group to round-off."""
 
     order: ClassVar[int] = 4
 
@@ -281,10 +282,10 @@ class Magnus4(AbstractMethod):
         x1, x2 = control[0], control[1]
         comm = G.vee(G.hat(x1) @ G.hat(x2) - G.hat(x2) @ G.hat(x1))
         if system.side == "left":
-            Om = 0.5 * h * (x1 + x2) - math.sqrt(3) / 12 * h**2 * comm
+            Om = 0.5 * h * (x1 + x2) + math.sqrt(3) / 12 * h**2 * comm
             g1 = G.compose(g, G.exp(Om))
         else:
-            Om = 0.5 * h * (x1 + x2) + math.sqrt(3) / 12 * h**2 * comm
+            Om = 0.5 * h * (x1 + x2) - math.sqrt(3) / 12 * h**2 * comm
             g1 = G.compose(G.exp(Om), g)
         return KinematicState(g1), StepStats.explicit(g.dtype)
 
@@ -339,7 +340,7 @@ class BallOnPlate(eqx.Module):
         duration=2.0,
         steps=100,
         modes=3,
-        effort_weight=1e-6,
+        effort_weight=0.0,
         checkpoint=True,
     ):
         dtype = jnp.result_type(float)
@@ -423,7 +424,7 @@ class ShapeReorientation(eqx.Module):
         duration=2.0,
         steps=100,
         modes=2,
-        effort_weight=1e-6,
+        effort_weight=0.0,
         checkpoint=True,
     ):
         dtype = jnp.result_type(float)

@@ -154,6 +154,20 @@ def _build_step(loss, static, opt, extra_args):
     return step
 
 
+def _canonical_state(step, diff, opt_state):
+    """Give the initial optimizer state the dtypes the update returns: optax initializes some
+    counters as weak-typed scalars and the update returns them strongly typed, which would make
+    the jitted step compile a second time at the second iteration."""
+    out = eqx.filter_eval_shape(step, diff, opt_state)[1]
+
+    def cast(x, s):
+        if eqx.is_array(x) and not s.weak_type and (x.dtype != s.dtype or x.weak_type):
+            return jnp.asarray(x, dtype=s.dtype)
+        return x
+
+    return jax.tree_util.tree_map(cast, opt_state, out)
+
+
 def _check_common(steps, patience):
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"optimize: argument 'steps' must be a positive int, got {steps!r}")
@@ -212,7 +226,7 @@ def _loop(step, diff, opt_state, steps, target, gtol, patience, min_delta, progr
         "grad_norm": np.asarray(gnorms),
         "time": np.asarray(times),
     }
-    return diff, best_diff, best_val, history, reason, compile_time, len(losses)
+    return diff, opt_state, best_diff, best_val, history, reason, compile_time, len(losses)
 
 
 def optimize(
@@ -258,12 +272,13 @@ def optimize(
     if not jax.tree_util.tree_leaves(diff):
         raise ValueError("optimize: argument 'params' has no floating-point arrays to optimize")
     step = eqx.filter_jit(_build_step(loss, static, opt, extra))
-    opt_state = opt.init(_lift(diff))
-    diff, best_diff, best_val, history, reason, ct, n = _loop(
+    opt_state = _canonical_state(step, diff, opt.init(_lift(diff)))
+    diff, opt_state, best_diff, best_val, history, reason, ct, n = _loop(
         step, diff, opt_state, steps, target, gtol, patience, min_delta, progress, "optimize", float
     )
-    # the last update's result has not been evaluated yet: keep it if it is better
-    final_val = float(eqx.filter_jit(lambda d: loss(_combine(d, static)))(diff))
+    # the last update's result has not been evaluated yet: keep it if it is better (one more call
+    # of the compiled step, whose update is discarded, avoids compiling the loss on its own)
+    final_val = float(step(diff, opt_state)[2])
     if np.isfinite(final_val) and final_val <= best_val:
         best_val, best_diff = final_val, diff
     out = _combine(best_diff, static)
@@ -307,7 +322,8 @@ def optimize_restarts(
     one = _build_step(loss, static, opt, extra)
     step = eqx.filter_jit(eqx.filter_vmap(one))
     opt_state = eqx.filter_vmap(lambda d: opt.init(_lift(d)))(diff)
-    diff, _, _, history, reason, ct, n = _loop(
+    opt_state = _canonical_state(step, diff, opt_state)
+    diff, opt_state, _, _, history, reason, ct, n = _loop(
         step,
         diff,
         opt_state,
@@ -320,7 +336,7 @@ def optimize_restarts(
         "restarts",
         np.min,
     )
-    finals = np.asarray(eqx.filter_jit(eqx.filter_vmap(lambda d: loss(_combine(d, static))))(diff))
+    finals = np.asarray(step(diff, opt_state)[2])
     finals = np.where(np.isfinite(finals), finals, np.inf)
     i = int(np.argmin(finals))
     best = _combine(jax.tree_util.tree_map(lambda x: x[i], diff), static)

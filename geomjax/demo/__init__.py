@@ -54,3 +54,9 @@ def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -
         return 1
     print("all checks passed")
     return 0
+
+
+# trajectory optimization (issue 11)
+from . import control as _control  # noqa: E402
+
+SECTIONS["control"] = _control
