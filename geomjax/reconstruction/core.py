@@ -544,7 +544,11 @@ class Reconstruction(eqx.Module):
         return self.kinetic_energy(state, t) + V
 
     def diagnostics(self, state, t) -> dict[str, jax.Array]:
-        """Energy, momenta, constraint residual ``|Cξ − r|`` and group defect of one state."""
+        """Energy, momenta, body velocity, constraint residual ``|Cξ − r|``, ``consistency``
+        ``|I₀ξ + J₀ − Π|`` and group defect of one state.  ``consistency`` is 0 for states from
+        :meth:`state`, :class:`ReconstructionRKMK4` (to its error) and unconstrained runs; the
+        node momentum of :class:`MomentumLGVI` under constraints differs from ``I₀ξ + J₀`` by a
+        multiplier term in ``range Cᵀ``, which does not affect ``ξ``."""
         co = self.coefficients(t)
         xi = self.velocity(state.mu, t, co)
         return {

@@ -140,7 +140,7 @@ def solid_angle(points) -> jax.Array:
     return 2.0 * jnp.sum(jnp.arctan2(num, den))
 
 
-def so3_phases(recon: Reconstruction, solution: Solution) -> dict[str, jax.Array]:
+def so3_phases(recon: Reconstruction, solution: Solution, frame=None) -> dict[str, jax.Array]:
     """Dynamic/geometric factorization ``g(t) = h_D(t)·g_G(t)`` on SO(3) (§4.2, eqs. 42–44,
     App. 7) for a solution with conserved spatial momentum ``μ ≠ 0``.
 
@@ -151,16 +151,24 @@ def so3_phases(recon: Reconstruction, solution: Solution) -> dict[str, jax.Array
     (``g_Gᵀ μ = Π`` and ``u·(ġ_G g_Gᵀ)^∨ = 0``).  For a closed ``Π`` loop,
     ``g_G(T) g_G(0)ᵀ = exp(θ_G u)`` with ``θ_G = −solid_angle(Π)`` (mod 2π).
 
+    ``frame``: for a momentum that is not conserved but transported by a known rotation,
+    ``μ(t) = h_M(t) μ(0)`` (the magnetic body of §5.4: ``h_M(t) = exp(t ω̂_l)``), a jittable
+    ``t -> h_M(t)``; the factorization is then ``g = h_M h_D g_G`` with ``R_M = h_M⁻¹ g`` and
+    ``θ̇_D = ⟨Π, ξ − gᵀω_M⟩/|μ(0)|``, ``ω_M = (ḣ_M h_Mᵀ)^∨`` (§5.4; in a mechanical gauge
+    ``⟨Π, I⁻¹Π⟩ − ⟨J, ω_l⟩``).
+
     Returns a dict: ``axis`` ``(3,)``, ``theta_dynamic`` ``(N,)``, ``h_dynamic`` ``(N, 3, 3)``,
     ``g_geometric`` ``(N, 3, 3)``, ``mu`` ``(N, 3)`` (spatial momentum at each saved state).
     """
     if not (isinstance(recon, Reconstruction) and recon.group.name == "SO3"):
         raise ValueError("so3_phases: argument 'recon' must be a Reconstruction on SO(3)")
-    return _so3_phases(recon, solution)
+    if frame is not None and not callable(frame):
+        raise ValueError("so3_phases: argument 'frame' must be a function t -> rotation or None")
+    return _so3_phases(recon, solution, frame)
 
 
 @eqx.filter_jit
-def _so3_phases(recon, solution):
+def _so3_phases(recon, solution, frame):
     g, mu = solution.states.g, solution.states.mu
     ts = solution.ts
     mus = jnp.einsum("nij,nj->ni", g, mu)
@@ -168,6 +176,16 @@ def _so3_phases(recon, solution):
     nm = jnp.linalg.norm(m0)
     u = m0 / nm
     xi = jax.vmap(recon.velocity)(mu, ts)
+    if frame is not None:
+
+        def omega(t):
+            H, Hd = jax.jvp(frame, (t,), (jnp.ones_like(t),))
+            W = Hd @ H.T
+            return 0.5 * jnp.stack([W[2, 1] - W[1, 2], W[0, 2] - W[2, 0], W[1, 0] - W[0, 1]])
+
+        hM = jax.vmap(frame)(ts)
+        xi = xi - jnp.einsum("nji,nj->ni", g, jax.vmap(omega)(ts))
+        g = jnp.einsum("nji,njk->nik", hM, g)
     rate = jnp.einsum("ni,ni->n", mu, xi) / nm
     dt = jnp.diff(ts)
     theta = jnp.concatenate(
