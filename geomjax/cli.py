@@ -15,6 +15,7 @@ BENCHMARKS = {
     "riemann": "bench_riemann.py",
     "nonholonomic": "bench_nonholonomic.py",
 }
+BENCHMARKS["control"] = "bench_control.py"  # trajectory optimization (issue 11)
 
 
 def _benchmarks_dir() -> Path:
