@@ -36,3 +36,10 @@ def test_readme_examples_run_and_hold():
     q, v = ns["sol"].states.g, ns["sol"].states.v
     viol = v[:, 0] * jnp.sin(q[:, 2]) - v[:, 1] * jnp.cos(q[:, 2])
     assert float(jnp.max(jnp.abs(viol))) < 1e-12
+    # trajectory optimization: the optimized torques bring the body to rest at R_goal (< 1e-3 rad)
+    gj, SO3 = ns["gj"], ns["SO3"]
+    u = ns["basis"] @ ns["res"].params
+    rest = gj.RigidBodyState(jnp.eye(3), jnp.zeros(3))
+    end = gj.simulate(ns["body"], gj.LGVI(), rest, ns["dt"], ns["steps"], u).final_state
+    assert float(SO3.log(ns["R_goal"].T @ end.R) @ SO3.log(ns["R_goal"].T @ end.R)) < 1e-6
+    assert float(jnp.linalg.norm(end.Pi)) < 1e-3
