@@ -121,3 +121,30 @@ from . import control
 from .control import GroupParam, OptimizeResult, optimize, optimize_restarts
 
 __all__ += ["GroupParam", "OptimizeResult", "control", "optimize", "optimize_restarts"]
+
+# --- base-controlled systems, reconstruction and geometric phases (seed 004) -------------------
+from . import reconstruction  # noqa: E402
+from .reconstruction import (  # noqa: E402
+    BaseControlledSystem,
+    HorizontalLift,
+    MomentumLGVI,
+    Reconstruction,
+    ReconstructionRKMK4,
+    holonomy,
+    reconstruct,
+    so3_phases,
+    solid_angle,
+)
+
+__all__ += [
+    "BaseControlledSystem",
+    "HorizontalLift",
+    "MomentumLGVI",
+    "Reconstruction",
+    "ReconstructionRKMK4",
+    "holonomy",
+    "reconstruct",
+    "reconstruction",
+    "so3_phases",
+    "solid_angle",
+]

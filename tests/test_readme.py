@@ -43,3 +43,8 @@ def test_readme_examples_run_and_hold():
     end = gj.simulate(ns["body"], gj.LGVI(), rest, ns["dt"], ns["steps"], u).final_state
     assert float(SO3.log(ns["R_goal"].T @ end.R) @ SO3.log(ns["R_goal"].T @ end.R)) < 1e-6
     assert float(jnp.linalg.norm(end.Pi)) < 1e-3
+
+    # base-controlled systems: a small shape loop turns the body by exp(−F·area) (to O(ε³))
+    w = ns["gj"].SO3.log(ns["turns"][0])
+    pred = -ns["curv"][:, 0, 1] * np.pi * 0.05**2
+    assert float(jnp.linalg.norm(w - pred)) < 0.05 * float(jnp.linalg.norm(pred))

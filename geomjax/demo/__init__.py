@@ -15,6 +15,9 @@ SECTIONS = {
     "riemann": riemann,
     "nonholonomic": nonholonomic,
 }
+from . import reconstruction as _reconstruction  # noqa: E402  (seed 004 section)
+
+SECTIONS["base-controlled"] = _reconstruction
 
 
 def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ abelian groups.  All share the :class:`LieGroup` interface.
 from .abelian import EuclideanSpace, Rn, Tn, Torus
 from .base import LieGroup, check_shape
 from .planar import SE2, SO2, SpecialEuclidean2, SpecialOrthogonal2
+from .power import PowerGroup
 from .se3 import SE3, SpecialEuclidean3
 from .so3 import SO3, SpecialOrthogonal3
 
@@ -17,6 +18,7 @@ __all__ = [
     "SO3",
     "EuclideanSpace",
     "LieGroup",
+    "PowerGroup",
     "Rn",
     "SpecialEuclidean2",
     "SpecialEuclidean3",

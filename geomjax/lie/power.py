@@ -1,0 +1,116 @@
+"""Direct powers ``G^k = G × … × G`` of a group (e.g. SO(3) × SO(3) for two rigid bodies).
+
+Elements are stacked: ``(..., k, *G.element_shape)``; algebra coordinates are concatenated,
+``(..., k·dim)``; ``Ad``, ``ad`` and the Jacobians are block diagonal; ``hat`` gives the block-
+diagonal ``(k·n) × (k·n)`` matrix.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from .base import LieGroup, as_float
+
+__all__ = ["PowerGroup"]
+
+
+def _blockdiag(A, k):
+    """``(..., k, d, d)`` → ``(..., k·d, k·d)``."""
+    d = A.shape[-1]
+    out = jnp.einsum("...kij,kl->...kilj", A, jnp.eye(k, dtype=A.dtype))
+    return out.reshape(*A.shape[:-3], k * d, k * d)
+
+
+def _blocks(X, k, d):
+    """``(..., k·d, k·d)`` → the diagonal blocks ``(..., k, d, d)``."""
+    Xr = X.reshape(*X.shape[:-2], k, d, k, d)
+    return jnp.stack([Xr[..., i, :, i, :] for i in range(k)], axis=-3)
+
+
+class PowerGroup(LieGroup):
+    """``base^k``: the direct product of ``k`` copies of ``base`` (any geomjax group)."""
+
+    base: LieGroup
+    k: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        if not isinstance(self.base, LieGroup) or not (isinstance(self.k, int) and self.k >= 1):
+            raise ValueError("PowerGroup: arguments must be a LieGroup and an int k >= 1")
+
+    @property
+    def name(self) -> str:
+        return f"{self.base.name}^{self.k}"
+
+    @property
+    def dim(self) -> int:
+        return self.k * self.base.dim
+
+    @property
+    def matrix_dim(self) -> int:
+        return self.k * self.base.matrix_dim
+
+    @property
+    def element_shape(self) -> tuple[int, ...]:
+        return (self.k, *self.base.element_shape)
+
+    def _split(self, xi):
+        xi = as_float(xi)
+        return xi.reshape(*xi.shape[:-1], self.k, self.base.dim)
+
+    def _join(self, x):
+        return x.reshape(*x.shape[:-2], self.k * self.base.dim)
+
+    def identity(self, batch_shape=(), dtype=None):
+        e = self.base.identity((*tuple(batch_shape), self.k), dtype)
+        return e
+
+    def compose(self, g, h):
+        return self.base.compose(as_float(g), as_float(h))
+
+    def inverse(self, g):
+        return self.base.inverse(as_float(g))
+
+    def act(self, g, p):
+        """Componentwise action on ``(..., k, *point)``."""
+        return self.base.act(as_float(g), as_float(p))
+
+    def hat(self, xi):
+        return _blockdiag(self.base.hat(self._split(xi)), self.k)
+
+    def vee(self, X):
+        n = self.base.matrix_dim
+        return self._join(self.base.vee(_blocks(as_float(X), self.k, n)))
+
+    def exp(self, xi):
+        return self.base.exp(self._split(xi))
+
+    def log(self, g):
+        return self._join(self.base.log(as_float(g)))
+
+    def Ad(self, g):
+        return _blockdiag(self.base.Ad(as_float(g)), self.k)
+
+    def ad(self, xi):
+        return _blockdiag(self.base.ad(self._split(xi)), self.k)
+
+    def jac_left(self, xi):
+        return _blockdiag(self.base.jac_left(self._split(xi)), self.k)
+
+    def jac_left_inv(self, xi):
+        return _blockdiag(self.base.jac_left_inv(self._split(xi)), self.k)
+
+    def defect(self, g):
+        return jnp.max(self.base.defect(as_float(g)), axis=-1)
+
+    def project(self, g):
+        return self.base.project(as_float(g))
+
+    def renormalize(self, g):
+        return self.base.renormalize(as_float(g))
+
+    def random(self, key, shape=(), dtype=None):
+        return self.base.random(key, (*tuple(shape), self.k), dtype)
+
+    def to_matrix(self, g):
+        return _blockdiag(self.base.to_matrix(as_float(g)), self.k)

@@ -1,0 +1,49 @@
+"""Base-controlled mechanical systems, reconstruction and geometric phases (seed 004, Cabrera).
+
+A mechanical system on ``Q → Q/G = B`` whose base (shape) variables follow a prescribed curve;
+the group variables ``g(t)`` are induced by conserved momentum, nonholonomic or affine
+constraints.  :class:`BaseControlledSystem` builds every gauge quantity by autodiff from the
+kinetic energy, the action, a section and the constraints; :class:`Reconstruction` (system + base
+curve) is run by :func:`geomjax.simulate` with :class:`MomentumLGVI` (structure-preserving),
+:class:`ReconstructionRKMK4` (fourth order) or :class:`HorizontalLift` (zero momentum /
+kinematic).  :mod:`.phases` gives holonomies and the dynamic/geometric factorization;
+:mod:`.examples` the paper's systems.
+"""
+
+from . import examples
+from .core import BaseControlledSystem, Coefficients, Reconstruction, saddle_solve
+from .examples import (
+    ball_in_ball,
+    ball_on_turntable,
+    deforming_body,
+    free_rigid_body,
+    gyrostat,
+    linked_bodies,
+    magnetic_deforming_body,
+    vertical_disk,
+)
+from .methods import HorizontalLift, MomentumLGVI, ReconstructionRKMK4
+from .phases import holonomy, reconstruct, so3_phases, solid_angle
+
+__all__ = [
+    "BaseControlledSystem",
+    "Coefficients",
+    "HorizontalLift",
+    "MomentumLGVI",
+    "Reconstruction",
+    "ReconstructionRKMK4",
+    "ball_in_ball",
+    "ball_on_turntable",
+    "deforming_body",
+    "examples",
+    "free_rigid_body",
+    "gyrostat",
+    "holonomy",
+    "linked_bodies",
+    "magnetic_deforming_body",
+    "reconstruct",
+    "saddle_solve",
+    "so3_phases",
+    "solid_angle",
+    "vertical_disk",
+]
