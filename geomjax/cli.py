@@ -19,6 +19,7 @@ BENCHMARKS = {
     "adjoint": "bench_adjoint.py",
     "variational": "bench_variational.py",
     "reconstruction": "bench_reconstruction.py",
+    "control": "bench_control.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

@@ -41,6 +41,14 @@ def test_readme_examples_run_and_hold():
     assert float(jnp.max(jnp.abs(jnp.sum(qs * qs, -1) - 1.0))) < 1e-13
     assert float(jnp.min(ns["bsol"].states.q[:, 1])) >= -1e-12
 
+    # trajectory optimization: the optimized torques bring the body to rest at R_goal (< 1e-3 rad)
+    gj, SO3 = ns["gj"], ns["SO3"]
+    u = ns["basis"] @ ns["res"].params
+    rest = gj.RigidBodyState(jnp.eye(3), jnp.zeros(3))
+    end = gj.simulate(ns["body"], gj.LGVI(), rest, ns["dt"], ns["steps"], u).final_state
+    assert float(SO3.log(ns["R_goal"].T @ end.R) @ SO3.log(ns["R_goal"].T @ end.R)) < 1e-6
+    assert float(jnp.linalg.norm(end.Pi)) < 1e-3
+
     # base-controlled systems: a small shape loop turns the body by exp(−F·area) (to O(ε³))
     w = ns["gj"].SO3.log(ns["turns"][0])
     pred = -ns["curv"][:, 0, 1] * np.pi * 0.05**2

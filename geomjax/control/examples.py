@@ -6,6 +6,9 @@
 * :class:`PoseManeuver` — the same on SE(3) (:class:`geomjax.RigidBodySE3`, body wrenches).
 * :class:`BallOnPlate` — a closed contact path on a fixed plate that brings a rolling ball back to
   its start with a target orientation (the rolling kinematics are a horizontal lift).
+* :class:`SpacecraftReorientation` — seed 004 §5.3: a small ball (a robot) rolling inside a big
+  one (the spacecraft) along a closed path that turns the spacecraft to a target attitude
+  (:func:`geomjax.reconstruction.ball_in_ball`, horizontal lift at zero angular momentum).
 * :class:`ShapeReorientation` — zero-angular-momentum reorientation of a body by a closed loop of
   its shape (point masses moved in the body frame; falling-cat type).
 
@@ -42,6 +45,7 @@ __all__ = [
     "Magnus4",
     "PoseManeuver",
     "ShapeReorientation",
+    "SpacecraftReorientation",
     "sine_basis_controls",
 ]
 
@@ -491,3 +495,90 @@ class ShapeReorientation(eqx.Module):
     def errors(self, loop) -> dict:
         R = self.simulate(loop).final_state.g
         return {"angle": group_distance(SO3, R, self.R_target, squared=False)}
+
+
+# --- example 1: spacecraft reoriented by an internal robot (seed 004 §5.3) -----------------------
+def _evaluate_curve(traj, t):
+    """Base curve of a :class:`Trajectory` (one module-level function: compiled once)."""
+    return traj(t)
+
+
+class SpacecraftReorientation(eqx.Module):
+    """A small ball rolling without slipping inside a free big ball (seed 004 §5.3, a robot inside
+    a spacecraft; :func:`geomjax.reconstruction.ball_in_ball` with the corrected Lagrangian).  With
+    zero total angular momentum and no initial spin about the contact normal the motion is
+    geometric (conventions notes): the attitude change of the big ball after a closed path of the
+    small one, as seen from the big one, is the holonomy of that path, computed with
+    :class:`geomjax.reconstruction.HorizontalLift` through :func:`geomjax.simulate`.
+
+    Parameters: a :class:`FourierLoop` in the polar chart ``(θ, φ)`` of the small ball's centre
+    (the chart of ``ball_in_ball``'s section, singular only at ``θ = π``), rest-to-rest time law;
+    loss ``‖log(R_target⁻¹ R₁(T))‖²``.  Default target: the holonomy of a reference loop
+    (:meth:`reference_loop`), so it is reachable; documented initial guess: the circle
+    ``θ = 0.8 + 0.3 cos 2πs``, ``φ = 0.3 sin 2πs`` (:meth:`initial_params`), which misses it by
+    0.023 rad.
+    """
+
+    system: object
+    R_target: jax.Array
+    duration: float = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+    modes: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        mass_big=10.0,
+        mass_small=1.0,
+        radius_big=1.0,
+        radius_small=0.2,
+        R_target=None,
+        duration=2.0,
+        steps=60,
+        modes=2,
+    ):
+        from ..reconstruction import ball_in_ball
+
+        self.system = ball_in_ball(
+            mass_big=mass_big,
+            mass_small=mass_small,
+            radius_big=radius_big,
+            radius_small=radius_small,
+        )
+        self.duration, self.steps, self.modes = float(duration), steps, modes
+        if R_target is None:
+            R_target = self.final_attitude(self.reference_loop())
+        self.R_target = jnp.asarray(R_target)
+
+    def reference_loop(self):
+        """The loop whose holonomy is the default target."""
+        dtype = jnp.result_type(float)
+        cos = jnp.zeros((self.modes, 2), dtype).at[0, 0].set(0.3)
+        sin = jnp.zeros((self.modes, 2), dtype).at[0, 1].set(0.5)
+        if self.modes > 1:
+            cos = cos.at[1, 1].set(0.1)
+            sin = sin.at[1, 0].set(0.05)
+        return FourierLoop(jnp.array([0.8, 0.0], dtype), cos, sin)
+
+    def initial_params(self):
+        return FourierLoop.circle(
+            jnp.array([0.8, 0.0], jnp.result_type(float)), 0.3, modes=self.modes
+        )
+
+    def simulate(self, loop):
+        """Solution on ``SO(3) × SO(3)`` (big-ball attitude ``R₁``, small-ball gauge ``g₃``)."""
+        from ..reconstruction import HorizontalLift, Reconstruction, reconstruct
+
+        traj = Trajectory(loop, self.duration)
+        rec = Reconstruction(self.system, _evaluate_curve, params=traj)
+        return reconstruct(rec, self.duration, self.steps, method=HorizontalLift())
+
+    def final_attitude(self, loop):
+        return self.simulate(loop).final_state.g[0]
+
+    def loss(self, loop):
+        return group_distance(SO3, self.final_attitude(loop), self.R_target)
+
+    def errors(self, loop) -> dict:
+        return {
+            "angle": group_distance(SO3, self.final_attitude(loop), self.R_target, squared=False)
+        }

@@ -53,3 +53,46 @@ def right_invariant_so3(omega, T, R0=None):
 
     sol = scipy_integrate.solve_ivp(rhs, (0.0, T), R0.ravel(), **TOL)
     return sol.y[:, -1].reshape(3, 3)
+
+
+def ball_in_ball_attitude(base, T, m1, m2, Rb, a):
+    """Big-ball attitude ``R₁(T)`` for a small ball (radius ``a``) rolling inside a free big ball
+    (radius ``Rb``), its centre prescribed in the big ball's frame by polar angles ``base(t) ->
+    (θ, φ)`` (and their rates), in unreduced spatial form.  Unknown spatial angular velocities
+    ``ω₁, ω₃`` solve, at each instant, the linear system
+        I₁ω₁ + μ r₂ × ṙ₂ + I₃ω₃ = 0                (zero total angular momentum about the CM)
+        ṙ₂ + a ω₃ × n − (r + a) ω₁ × n = 0         (rolling at the contact point)
+        ω₃ · n = 0                                 (no spin about the contact normal)
+    with ``r₂ = R₁ r ν(θ, φ)``, ``ṙ₂ = ω₁ × r₂ + R₁ r ν̇``; then ``Ṙ₁ = hat(ω₁) R₁``."""
+    r = Rb - a
+    mu = m1 * m2 / (m1 + m2)
+    I1, I3 = 0.4 * m1 * Rb**2, 0.4 * m2 * a**2
+
+    def rhs(t, y):
+        R1 = y.reshape(3, 3)
+        (th, ph), (thd, phd) = base(t)
+        nu = np.array([np.sin(th) * np.cos(ph), np.sin(th) * np.sin(ph), np.cos(th)])
+        dnu = np.array(
+            [
+                np.cos(th) * np.cos(ph) * thd - np.sin(th) * np.sin(ph) * phd,
+                np.cos(th) * np.sin(ph) * thd + np.sin(th) * np.cos(ph) * phd,
+                -np.sin(th) * thd,
+            ]
+        )
+        n = R1 @ nu
+        r2, v_rel = r * n, r * (R1 @ dnu)
+        # r2dot = ω₁ × r2 + v_rel = −hat(r2) ω₁ + v_rel
+        A = np.zeros((7, 6))
+        b = np.zeros(7)
+        A[:3, :3] = I1 * np.eye(3) - mu * hat(r2) @ hat(r2)  # μ r₂ × (ω₁ × r₂)
+        A[:3, 3:] = I3 * np.eye(3)
+        b[:3] = -mu * np.cross(r2, v_rel)
+        A[3:6, :3] = -hat(r2) + (r + a) * hat(n)  # −(r+a) ω₁ × n = (r+a) n × ω₁
+        A[3:6, 3:] = -a * hat(n)  # a ω₃ × n = −a n × ω₃
+        b[3:6] = -v_rel
+        A[6, 3:] = n
+        sol, *_ = np.linalg.lstsq(A, b, rcond=None)
+        return (hat(sol[:3]) @ R1).ravel()
+
+    out = scipy_integrate.solve_ivp(rhs, (0.0, T), np.eye(3).ravel(), **TOL)
+    return out.y[:, -1].reshape(3, 3)
