@@ -1,7 +1,10 @@
 """Nonholonomic systems: geomjax NonholonomicVI vs diffrax Tsit5 (reduced ODE, index-1 and
 Baumgarte-stabilized formulations).
 
-    python benchmarks/bench_nonholonomic.py [--fast]        (or: geomjax bench nonholonomic)
+    python benchmarks/bench_nonholonomic.py [--fast] [--speed]   (or: geomjax bench nonholonomic)
+
+``--speed`` runs only section (d): the sleigh step against the reduced-ODE RK4 in a bare
+``lax.scan`` (same run, batch 1 and 1024) and the first-call times of ``simulate``.
 
 Two systems, both also written in plain coordinates ``q = (x, y, heading, shape)``:
 
@@ -342,6 +345,78 @@ def accuracy(fast):
     return rows
 
 
+# ------------------------------------------------------------------------------------------
+# (d) speed: NonholonomicVI vs RK4 of the reduced ODE in a bare lax.scan (issue 9 §1)
+
+
+def _sleigh_rk4(m, Ic, a, dt, steps):
+    """RK4 of the reduced sleigh ODE on ``(omega, v, theta, x, y)`` in a bare ``lax.scan``."""
+    J = Ic + m * a * a
+
+    def f(y):
+        om, v, th = y[0], y[1], y[2]
+        return jnp.stack([-m * a * v * om / J, a * om * om, om, v * jnp.cos(th), v * jnp.sin(th)])
+
+    def rk4(y, _):
+        k1 = f(y)
+        k2 = f(y + 0.5 * dt * k1)
+        k3 = f(y + 0.5 * dt * k2)
+        k4 = f(y + dt * k3)
+        return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+    return lambda y0: jax.lax.scan(rk4, y0, None, length=steps)[0]
+
+
+def speed(fast):
+    """Sleigh (m 1.3, I_c 0.4, a 0.25, dt 1e-3, 2000 steps): NonholonomicVI vs reduced RK4 in
+    the same run, batch 1 and 1024; first call (compile + run) of a jitted and of an eager
+    ``simulate``."""
+    m, Ic, a, dt = 1.3, 0.4, 0.25, 1e-3
+    steps = 200 if fast else 2000
+    system = gj.ChaplyginSleigh(m, Ic, a)
+    s0 = system.state(0.0, 0.0, 0.3, omega=1.5, v=-0.4)
+    y0 = jnp.array([1.5, -0.4, 0.3, 0.0, 0.0])
+    rows = []
+    for B in (1, 64) if fast else (1, 1024):
+
+        def vi(s):
+            return gj.simulate(
+                system, gj.NonholonomicVI(), s, dt, steps, save_every=steps, check_inputs=False
+            ).final_state.v
+
+        ref = _sleigh_rk4(m, Ic, a, dt, steps)
+        st, y = s0, y0
+        if B > 1:
+            vi, ref = jax.vmap(vi), jax.vmap(ref)
+            st = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (B, *x.shape)), s0)
+            y = jnp.broadcast_to(y0, (B, 5))
+        out = {}
+        for label, fn, arg in (("NonholonomicVI", vi, st), ("reduced RK4 (bare scan)", ref, y)):
+            c, r = time_jitted(fn, arg, repeats=3 if fast else 7, min_time=0.2 if fast else 1.0)
+            out[label] = r / steps / B
+            rows.append(
+                {
+                    "system": "sleigh",
+                    "batch": B,
+                    "method": label,
+                    "compile_s": c,
+                    "ns_per_body_step": out[label] * 1e9,
+                }
+            )
+        rows[-2]["ratio_to_rk4"] = out["NonholonomicVI"] / out["reduced RK4 (bare scan)"]
+    first = {}
+    t0 = time.perf_counter()
+    jax.block_until_ready(
+        jax.jit(lambda s: gj.simulate(system, gj.NonholonomicVI(), s, dt, steps))(s0)
+    )
+    first["jitted_first_call_s"] = time.perf_counter() - t0
+    for i in range(2):
+        t0 = time.perf_counter()
+        jax.block_until_ready(gj.simulate(system, gj.NonholonomicVI(), s0, dt, steps))
+        first[f"eager_call_{i + 1}_s"] = time.perf_counter() - t0
+    return rows, first
+
+
 def _scaled_state(system, s0, a):
     """``s0`` with all velocities scaled by ``a`` (linear constraints: still admissible)."""
     return system.make_state(s0.g, s0.x, a * s0.v)
@@ -373,8 +448,23 @@ def plot(curves, path):
 
 
 def main():
+    import sys
+
     fast = fast_mode()
     t0 = time.perf_counter()
+    if "--speed" in sys.argv[1:]:
+        rows, first = speed(fast)
+        print_table(
+            rows,
+            ["system", "batch", "method", "compile_s", "ns_per_body_step", "ratio_to_rk4"],
+            title="(d) speed: NonholonomicVI vs reduced RK4 in a bare lax.scan (float64)",
+        )
+        print("first calls (compile + run):", {k: round(v, 2) for k, v in first.items()})
+        write_json(
+            "nonholonomic_speed",
+            {"fast": fast, "speed": rows, "first_call": first, "wall_s": time.perf_counter() - t0},
+        )
+        return
     lh, curves = long_horizon(fast)
     print_table(
         lh,

@@ -16,7 +16,6 @@ __all__ = [
     "DEGENERACY_FACTOR",
     "degeneracy_tol",
     "describe_degeneracy",
-    "gauss_jordan_solve",
     "is_degenerate",
     "pivot_ratio",
     "signed_pivot_ratios",
@@ -171,30 +170,3 @@ def small_solve(A, b):
             acc = acc - A[i][j] * x[j]
         x[i] = acc / A[i][i]
     return jnp.stack(x, -1)
-
-
-def gauss_jordan_solve(A, b):
-    """Solve ``A x = b`` (``(..., n, n)``, ``(..., n)``) by Gauss–Jordan elimination without
-    pivoting, written as ``n`` whole-matrix row updates.
-
-    The same arithmetic as :func:`small_solve` up to round-off, but each pivot is one elementwise
-    update of the remaining columns of ``[A | b]`` instead of ``O(n²)`` scalar operations: XLA
-    compiles it to about one kernel per pivot, where the scalar form of an ``n = 7`` saddle system
-    left ~35 separate scalar kernels per solve (measured on CPU at batch 1; under ``vmap`` both
-    forms vectorize).  Pivots in order: for the saddle systems of nonholonomic mechanics put the
-    velocity unknowns first (pivots of the SPD mass matrix, then of the SPD Schur complement)."""
-    n = b.shape[-1]
-    # A and b stay separate arrays: b must enter linearly (the Newton solves transpose this
-    # solve for reverse-mode derivatives of the implicit function)
-    for k in range(n):
-        # A holds the columns k..n-1 of the reduced matrix: its column 0 is the pivot column
-        is_k = jnp.arange(n) == k
-        inv = 1.0 / A[..., k, :1]
-        row = A[..., k, 1:] * inv
-        rb = b[..., k : k + 1] * inv
-        col = A[..., :, 0]
-        A = jnp.where(
-            is_k[:, None], row[..., None, :], A[..., :, 1:] - col[..., :, None] * row[..., None, :]
-        )
-        b = jnp.where(is_k, rb, b - col * rb)
-    return b

@@ -82,7 +82,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._linalg import gauss_jordan_solve
+from .._linalg import small_solve
 from ..systems.nonholonomic import AbstractNonholonomicSystem, NonholonomicState
 from .base import AbstractMethod, StepStats, needs_reorthonormalization
 from .newton import newton_solve
@@ -169,8 +169,8 @@ class _ProjectionResidual(eqx.Module):
 class _SaddleJacSolve(eqx.Module):
     """``jac_solve`` for residuals ``[F(v) − A^T Lam − p, C(v)]`` of ``z = (v, Lam)`` (``k + m``):
     the multiplier columns of the Jacobian are known, ``[−A^T; 0]``, so forward mode runs over the
-    ``k`` velocity directions only; the saddle system is solved by whole-row Gauss–Jordan
-    elimination (velocity pivots first, as in :func:`~geomjax.systems.nonholonomic.saddle_solve`)."""
+    ``k`` velocity directions only (velocity pivots first in the elimination, as in
+    :func:`~geomjax.systems.nonholonomic.saddle_solve`)."""
 
     residual: eqx.Module
     k: int = eqx.field(static=True)
@@ -183,7 +183,7 @@ class _SaddleJacSolve(eqx.Module):
         A = self.A_of(self.residual, args)
         m = A.shape[0]
         J_lam = jnp.concatenate([-_mT(A), jnp.zeros((m, m), A.dtype)], 0)
-        return gauss_jordan_solve(jnp.concatenate([Jv, J_lam], 1), r)
+        return small_solve(jnp.concatenate([Jv, J_lam], 1), r)
 
 
 def _A_step(residual, args):

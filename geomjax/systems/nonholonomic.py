@@ -57,7 +57,6 @@ import jax.numpy as jnp
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,
-    gauss_jordan_solve,
     pivot_ratio,
     small_solve,
 )
@@ -80,18 +79,16 @@ def saddle_solve(M, A, f, c):
     """Solve ``[[M, −A^T], [A, 0]] [y, lam] = [f, c]`` (``M`` SPD ``(k, k)``, ``A`` ``(m, k)`` of full
     rank).  Returns ``(y, lam)``.
 
-    Small systems (k + m ≤ 16) use Gauss–Jordan elimination without pivoting (velocity unknowns
-    first: the pivots are those of ``M`` and then of the SPD Schur complement ``A M^{-1} A^T``),
-    one whole-row update per pivot: much cheaper than LAPACK calls (or scalar elimination) for the
-    tiny matrices of mechanics, and it vectorizes under vmap."""
+    Small systems (k + m ≤ 8) use unrolled elimination without pivoting (velocity unknowns first:
+    the pivots are those of ``M`` and then of the SPD Schur complement ``A M^{-1} A^T``), which is
+    much cheaper than LAPACK calls for the tiny matrices of mechanics and vectorizes under vmap."""
     k, m = M.shape[0], A.shape[0]
-    solve = gauss_jordan_solve if k + m <= 16 else small_solve  # (small_solve: LAPACK above 8)
     if m == 0:
-        return solve(M, f), jnp.zeros((0,), f.dtype)
+        return small_solve(M, f), jnp.zeros((0,), f.dtype)
     K = jnp.concatenate(
         [jnp.concatenate([M, -A.T], 1), jnp.concatenate([A, jnp.zeros((m, m), A.dtype)], 1)], 0
     )
-    z = solve(K, jnp.concatenate([f, c]))
+    z = small_solve(K, jnp.concatenate([f, c]))
     return z[:k], z[k:]
 
 
