@@ -125,7 +125,7 @@ __all__ += ["Composition", "ReversibleAdjoint"]
 
 # variational integrators in coordinates (issue 12)
 from . import variational  # noqa: E402
-from .integrators import RATTLE, DiscreteEulerLagrange, Impacts, SymmetricComposition  # noqa: E402
+from .integrators import RATTLE, DiscreteEulerLagrange, Impacts  # noqa: E402
 from .variational import LagrangianSystem, VariationalState  # noqa: E402
 
 __all__ += [
@@ -133,7 +133,6 @@ __all__ += [
     "DiscreteEulerLagrange",
     "Impacts",
     "LagrangianSystem",
-    "SymmetricComposition",
     "VariationalState",
     "variational",
 ]

@@ -40,7 +40,6 @@ from .variational import (  # noqa: E402
     RATTLE,
     DiscreteEulerLagrange,
     Impacts,
-    SymmetricComposition,
     discrete_legendre,
 )
 
@@ -48,6 +47,5 @@ __all__ += [
     "RATTLE",
     "DiscreteEulerLagrange",
     "Impacts",
-    "SymmetricComposition",
     "discrete_legendre",
 ]

@@ -26,7 +26,10 @@ the same ``u_k`` (the composition then has order ``p`` for the exact flow with t
 constant control); stage ``i`` starts at ``t_k + (γ_1 + … + γ_{i−1}) h``, so time-dependent
 constraints (a turntable) are evaluated at the right instants.  A velocity-dependent external force
 (``system.force``) makes :class:`~geomjax.LGVI` and :class:`~geomjax.RigidBodySplitting` non-symmetric
-(one explicit Heun-type correction): composition would stay second order, so it is refused.
+(one explicit Heun-type correction): composition would stay second order, so it is refused.  The
+coordinate variational methods (:class:`~geomjax.DiscreteEulerLagrange`, :class:`~geomjax.RATTLE`)
+stay symmetric with forces (discrete Lagrange–d'Alembert forces placed symmetrically) and compose
+with them; a composition of either is accepted by :class:`~geomjax.Impacts`.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ class Composition(AbstractMethod):
 
     Arguments:
         method: a symmetric geomjax method (``method.symmetric``: :class:`~geomjax.LGVI`,
-            :class:`~geomjax.RigidBodySplitting`, :class:`~geomjax.NonholonomicVI`, or another
+            :class:`~geomjax.RigidBodySplitting`, :class:`~geomjax.NonholonomicVI`,
+            :class:`~geomjax.DiscreteEulerLagrange`, :class:`~geomjax.RATTLE`, or another
             ``Composition``).
         scheme: a name in :data:`SCHEMES` (default ``"suzuki4"``) or a palindromic tuple of
             coefficients ``γ_i`` summing to one (``order`` is then 2 unless given).
@@ -160,9 +164,34 @@ class Composition(AbstractMethod):
     def supports(self, system) -> bool:
         return self.method.supports(system)
 
+    @property
+    def base(self) -> AbstractMethod:
+        """The innermost (second-order) method of nested compositions."""
+        m = self.method
+        while isinstance(m, Composition):
+            m = m.method
+        return m
+
+    @property
+    def constraint(self):
+        """The inner method's holonomic constraint ``g(q)`` (:class:`~geomjax.RATTLE`), else None."""
+        return getattr(self.method, "constraint", None)
+
+    def make_state(self, system, *args, **kwargs):
+        """A consistent initial state: the inner method's ``make_state`` (e.g.
+        :meth:`geomjax.RATTLE.make_state`, which projects onto the constraint) if it has one,
+        else ``system.make_state``."""
+        make = getattr(self.method, "make_state", None)
+        if make is not None:
+            return make(system, *args, **kwargs)
+        return system.make_state(*args, **kwargs)
+
     def validate(self, system) -> None:
         self.method.validate(system)
-        if getattr(system, "force", None) is not None:
+        # DEL / RATTLE place their (velocity-dependent) forces symmetrically: they stay symmetric
+        if getattr(system, "force", None) is not None and not getattr(
+            self.base, "symmetric_with_force", False
+        ):
             raise ValueError(
                 "Composition: the system has a velocity-dependent external 'force'; the base step "
                 "is then not symmetric and a composition would stay second order. Use the base "

@@ -60,8 +60,10 @@ holonomic constraints (inner RATTLE) the jump also keeps ``G(q) q̇⁺ = 0`` (im
 ``df ᵀΛ + Gᵀ Λ_g``).  The root location is differentiable by the implicit function theorem
 (``ds/dθ = −∂φ/∂θ / φ'``) away from grazing contacts (``φ' → 0``).
 
-**Higher order**: :class:`SymmetricComposition` composes the (symmetric) DEL or RATTLE step
-with Yoshida's or Suzuki's coefficients into a fourth-order method with the same structure.
+**Higher order**: both DEL and RATTLE are symmetric (``symmetric = True``, with forces too), so
+:class:`~geomjax.Composition` composes them (e.g. ``Composition(DiscreteEulerLagrange(),
+"yoshida4")``, Yoshida's or Suzuki's coefficients, or the sixth-order schemes) into a
+higher-order method with the same structure; :class:`Impacts` accepts such a composition.
 
 Derivatives through every implicit solve use :func:`~geomjax.integrators.newton.newton_solve`
 (implicit function theorem), so ``jax.grad`` of a loss of a :func:`geomjax.simulate` run with
@@ -80,13 +82,13 @@ import jax.numpy as jnp
 
 from ..variational.system import LagrangianSystem, VariationalState
 from .base import AbstractMethod, StepStats
+from .composition import Composition
 from .newton import dense_jac_solve, newton_solve
 
 __all__ = [
     "RATTLE",
     "DiscreteEulerLagrange",
     "Impacts",
-    "SymmetricComposition",
     "discrete_legendre",
 ]
 
@@ -190,6 +192,11 @@ class _SaddleResidual(eqx.Module):
 
 
 class _VariationalMethod(AbstractMethod):
+    # Φ_{−h} ∘ Φ_h = id for DEL and RATTLE (midpoint and trapezoidal L_d, forces F⁻/F⁺ placed
+    # symmetrically), so :class:`~geomjax.Composition` raises their order; Impacts overrides.
+    symmetric: ClassVar[bool] = True
+    symmetric_with_force: ClassVar[bool] = True
+
     def supports(self, system) -> bool:
         return isinstance(system, LagrangianSystem)
 
@@ -443,7 +450,7 @@ class Impacts(_VariationalMethod):
             ``(1 − e²)`` times the normal kinetic energy at each impact.
         method: the inner method, :class:`DiscreteEulerLagrange` (default), :class:`RATTLE`
             (then the jump also keeps the hidden constraint ``G q̇ = 0``) or a
-            :class:`SymmetricComposition` of either.
+            :class:`~geomjax.Composition` of either.
         root_iters: safeguarded Newton iterations locating the impact instant (default 8;
             quadratic convergence from a secant guess), plus one implicit-function step that
             carries the derivatives.
@@ -466,15 +473,19 @@ class Impacts(_VariationalMethod):
     max_impacts: int = eqx.field(static=True, default=2)
     jump_iters: int = eqx.field(static=True, default=1)
     order: ClassVar[int] = 2
+    # located impacts and (e < 1) dissipative jumps: not its own inverse
+    symmetric: ClassVar[bool] = False
+    symmetric_with_force: ClassVar[bool] = False
 
     def __check_init__(self):
         where = "Impacts"
         if not callable(self.surface):
             raise ValueError(f"{where}: argument 'surface' must be callable f(q) -> scalar")
-        if not isinstance(self.method, _VariationalMethod) or isinstance(self.method, Impacts):
+        inner = self.method.base if isinstance(self.method, Composition) else self.method
+        if not isinstance(inner, DiscreteEulerLagrange | RATTLE):
             raise ValueError(
-                f"{where}: argument 'method' must be DiscreteEulerLagrange, RATTLE or "
-                f"SymmetricComposition, got {type(self.method).__name__}"
+                f"{where}: argument 'method' must be DiscreteEulerLagrange, RATTLE or a "
+                f"Composition of either, got {type(self.method).__name__}"
             )
         _check_iters(
             where,
@@ -512,7 +523,9 @@ class Impacts(_VariationalMethod):
         return VariationalState(q, state.p, state.lam)
 
     def _inner(self, system, state, s, u, t):
-        return self.method.step(system, state, s, u, t)
+        # ``advance`` on the state itself: DEL/RATTLE carry the state (their ``init`` only checks
+        # it, once, in :meth:`init`), so a Composition's stages run without re-checking
+        return self.method.advance(system, state, s, u, t)
 
     def _locate(self, system, state, h, f0, f1, u, t):
         """Impact instant ``s ∈ (0, h)``: root of ``φ(s) = f(q(s))`` (safeguarded Newton on the
@@ -635,66 +648,3 @@ class Impacts(_VariationalMethod):
     def step(self, system, state, dt, control=None, t=0.0):
         new, res, _ = self.solve_step(system, state, dt, control, t)
         return new, StepStats(residual=res)
-
-
-_SCHEMES = {
-    # Yoshida (1990) triple jump and Suzuki (1990) five-stage fractal: symmetric compositions that
-    # raise a symmetric second-order method to order four (Hairer–Lubich–Wanner, GNI §II.4)
-    "yoshida4": (
-        1.0 / (2.0 - 2.0 ** (1.0 / 3.0)),
-        -(2.0 ** (1.0 / 3.0)) / (2.0 - 2.0 ** (1.0 / 3.0)),
-        1.0 / (2.0 - 2.0 ** (1.0 / 3.0)),
-    ),
-    "suzuki4": tuple((lambda p: (p, p, 1.0 - 4.0 * p, p, p))(1.0 / (4.0 - 4.0 ** (1.0 / 3.0)))),
-}
-
-
-class SymmetricComposition(_VariationalMethod):
-    """Fourth-order symmetric composition ``Φ_{γ_s h} ∘ … ∘ Φ_{γ_1 h}`` of a symmetric
-    second-order method (:class:`DiscreteEulerLagrange` or :class:`RATTLE`; both are symmetric):
-    still variational (a composition of symplectic maps), momentum maps still exact, constraints
-    still at round-off.
-
-    Arguments:
-        method: the inner method (default ``DiscreteEulerLagrange()``).
-        scheme: ``"yoshida4"`` (triple jump, 3 stages, one negative) or ``"suzuki4"`` (5 stages,
-            one negative, smaller error constant).
-    """
-
-    method: AbstractMethod = DiscreteEulerLagrange()
-    scheme: Literal["yoshida4", "suzuki4"] = eqx.field(static=True, default="yoshida4")
-    order: ClassVar[int] = 4
-
-    def __check_init__(self):
-        if not isinstance(self.method, DiscreteEulerLagrange | RATTLE):
-            raise ValueError(
-                "SymmetricComposition: argument 'method' must be DiscreteEulerLagrange or RATTLE"
-            )
-        if self.scheme not in _SCHEMES:
-            raise ValueError(
-                f"SymmetricComposition: argument 'scheme' must be one of {list(_SCHEMES)}, "
-                f"got {self.scheme!r}"
-            )
-
-    @property
-    def constraint(self):
-        return getattr(self.method, "constraint", None)
-
-    def make_state(self, system, q, qdot=None, p=None, project: bool = False, t=0.0):
-        if isinstance(self.method, RATTLE):
-            return self.method.make_state(system, q, qdot, p, project, t)
-        return system.make_state(q, qdot, p)
-
-    def init(self, system, state):
-        return self.method.init(system, state)
-
-    def step(self, system, state, dt, control=None, t=0.0):
-        dtype = state.q.dtype
-        h = jnp.asarray(dt, dtype)
-        t = jnp.asarray(t, dtype)
-        res = jnp.zeros((), dtype)
-        for gamma in _SCHEMES[self.scheme]:
-            state, stats = self.method.step(system, state, gamma * h, control, t)
-            t = t + gamma * h
-            res = jnp.maximum(res, stats.residual)
-        return state, StepStats(residual=res)

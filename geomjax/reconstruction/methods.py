@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from ..integrators.base import AbstractMethod, StepStats, needs_reorthonormalization
 from ..integrators.newton import dense_jac_solve, newton_solve
+from ..integrators.rkmk import rkmk4_step
 from ..lie.base import LieGroup
 from .core import Reconstruction, saddle_solve
 
@@ -118,7 +119,6 @@ class ReconstructionRKMK4(AbstractMethod):
         return isinstance(system, Reconstruction)
 
     def step(self, system, state, dt, control=None, t=0.0):
-        G = system.group
         g0, mu0 = system.split(state)
         h = jnp.asarray(dt, mu0.dtype)
         t = jnp.asarray(t, mu0.dtype)
@@ -129,21 +129,11 @@ class ReconstructionRKMK4(AbstractMethod):
         at = [jax.tree_util.tree_map(lambda x, i=i: x[i], rates) for i in range(3)]
         node = {0.0: 0, 0.5: 1, 1.0: 2}
 
-        def f(frac, theta, mu):
-            g = G.compose(g0, G.exp(theta))
-            xi, dmu = system.vector_field(
-                t + frac * h, system.make_state(g, mu), control, rates=at[node[frac]]
-            )
-            return G.jac_right_inv(theta) @ xi, dmu
+        def field(frac, st):
+            return system.vector_field(t + frac * h, st, control, rates=at[node[frac]])
 
-        th0 = jnp.zeros_like(mu0)
-        k1 = f(0.0, th0, mu0)
-        k2 = f(0.5, th0 + 0.5 * h * k1[0], mu0 + 0.5 * h * k1[1])
-        k3 = f(0.5, th0 + 0.5 * h * k2[0], mu0 + 0.5 * h * k2[1])
-        k4 = f(1.0, th0 + h * k3[0], mu0 + h * k3[1])
-        theta = h / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
-        mu1 = mu0 + h / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
-        return system.make_state(G.compose(g0, G.exp(theta)), mu1), StepStats.explicit(mu0.dtype)
+        new = rkmk4_step(system, g0, mu0, h, field)
+        return new, StepStats.explicit(mu0.dtype)
 
 
 class HorizontalLift(AbstractMethod):

@@ -41,7 +41,7 @@ def test_composition_fourth_order(scheme):
     y0 = np.array([1.2, -0.4, 0.3, 0.5])
     st = system.make_state(jnp.asarray(y0[:2]), jnp.asarray(y0[2:]))
     ref = dop853(double_pendulum_rhs, y0, 1.0)[-1]
-    method = gj.SymmetricComposition(gj.DiscreteEulerLagrange(), scheme=scheme)
+    method = gj.Composition(gj.DiscreteEulerLagrange(), scheme)
     hs, errs = [], []
     for n in (40, 80, 160):
         final, _ = run(system, method, st, 1.0 / n, n)

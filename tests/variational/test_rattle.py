@@ -64,6 +64,25 @@ def test_torus_order_and_drift_against_angle_reference():
         assert abs(fitted_order(hs, errs) - 2.0) < 0.1, (rule, errs)
 
 
+def test_composed_rattle_fourth_order():
+    """RATTLE is symmetric, so ``Composition(RATTLE, "yoshida4")`` has order 4: fitted order
+    4 ± 0.2 on the torus against the DOP853 angle reference; constraint still at round-off."""
+    system = gj.LagrangianSystem(metric=jnp.eye(3), potential=lambda q: G0 * q[2])
+    y0 = np.array([0.3, 0.4, 1.5, 2.0])
+    T = 1.0
+    ref = torus_point(*dop853(torus_rhs, y0, T)[-1][:2])
+    method = gj.Composition(gj.RATTLE(torus_constraint), "yoshida4")
+    st = torus_state(method, system, *y0)
+    hs, errs = [], []
+    for n in (40, 80, 160):
+        final, res = run(system, method, st, T / n, n)
+        assert float(res) < 1e-12
+        assert abs(float(torus_constraint(final.q)[0])) < 50 * EPS
+        hs.append(T / n)
+        errs.append(float(jnp.max(jnp.abs(final.q - ref))))
+    assert abs(fitted_order(hs, errs) - 4.0) < 0.2, errs
+
+
 def test_multipliers_spherical_pendulum_closed_form():
     """Unit sphere, unit mass: g = ½(|q|² − 1), force λ q; differentiating q·q̇ = 0 gives
     λ = g0 z − |q̇|² (the tension); the state's lam is the continuous multiplier at the node."""
