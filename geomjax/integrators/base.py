@@ -65,6 +65,13 @@ class AbstractMethod(eqx.Module):
     def validate(self, system) -> None:
         """Eager checks of the system's parameters for this method (raise ``ValueError``)."""
 
+    def check_initial(self, system, state):
+        """Checks of ``simulate``'s initial state that only this method knows (e.g. RATTLE: on
+        the constraint).  Called by :func:`geomjax.simulate` before its compiled scan, so a
+        concrete bad state raises ``ValueError`` naming ``state0``; a traced one goes through
+        ``equinox.error_if``.  Returns the state (possibly with the checks attached)."""
+        return state
+
 
 def needs_reorthonormalization(flag: bool | None, dtype) -> bool:
     """The ``reorthonormalize`` policy of the methods: ``None`` means float32 and below, where

@@ -198,6 +198,9 @@ class Composition(AbstractMethod):
                 "method, or model the force as a control"
             )
 
+    def check_initial(self, system, state):
+        return self.method.check_initial(system, state)
+
     def init(self, system, state):
         return self.method.init(system, state)
 

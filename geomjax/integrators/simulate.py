@@ -347,6 +347,8 @@ def simulate(
             state0 = system.check_state(state0, "state0", t=t0)
         else:
             state0 = system.check_state(state0, "state0")
+    if check_inputs:  # method-specific checks, eagerly before the compiled scan
+        state0 = method.check_initial(system, state0)
     leaves = jax.tree_util.tree_leaves(state0)
     dtype = jnp.result_type(*leaves)
     # the state's dtype sets the precision: floating parameters of the system follow it

@@ -373,8 +373,8 @@ class RATTLE(_VariationalMethod):
         lam = self.multipliers(system, q, p, t)
         return VariationalState(q, p, lam)
 
-    def init(self, system, state):
-        # eager checks of simulate's initial state (error_if under jit)
+    def check_initial(self, system, state):
+        # simulate's initial state on the constraint (ValueError eagerly, error_if under jit)
         return _constraint_checks(
             system,
             self.constraint,
@@ -511,8 +511,8 @@ class Impacts(_VariationalMethod):
             return RATTLE(self.constraint).make_state(system, q, qdot, p, project, t)
         return system.make_state(q, qdot, p)
 
-    def init(self, system, state):
-        state = self.method.init(system, state)
+    def check_initial(self, system, state):
+        state = self.method.check_initial(system, state)
         f0 = self.surface(state.q)
         q = _check(
             state.q,
