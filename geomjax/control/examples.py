@@ -62,7 +62,59 @@ def sine_basis_controls(coeffs, steps: int):
 
 
 # --- example 4: rigid-body attitude on SO(3) and pose on SE(3) -------------------------------------
-class AttitudeManeuver(eqx.Module):
+class _ForcedManeuver(eqx.Module):
+    """What the SO(3) and SE(3) manoeuvres share: sine-basis controls (:func:`sine_basis_controls`)
+    through the forced LGVI from rest, and the loss ``½∫|u|² dt + w (‖log(g_target⁻¹ g(T))‖² +
+    T²|ξ(T)|²)``.  Subclasses give the fields ``system, duration, steps, modes, weight,
+    checkpoint, method`` and the hooks below."""
+
+    width: ClassVar[int]  # dimension of the controls (the Lie algebra)
+
+    def _initial_state(self):
+        raise NotImplementedError
+
+    def _terminal(self, final):
+        """``(‖log(g_target⁻¹ g(T))‖², |ξ(T)|²)`` of the final state."""
+        raise NotImplementedError
+
+    @property
+    def dt(self) -> float:
+        return self.duration / self.steps
+
+    def initial_params(self):
+        """The documented initial guess ``c = 0`` (no control), ``(modes, width)``."""
+        dtype = jax.tree_util.tree_leaves(self._initial_state())[0].dtype
+        return jnp.zeros((self.modes, self.width), dtype)
+
+    def controls(self, params):
+        """``(steps, width)`` body torques/wrenches (zero-order hold)."""
+        return sine_basis_controls(params, self.steps)
+
+    def simulate(self, params):
+        every = _save_every(self.steps) if self.checkpoint else 1
+        return simulate(
+            self.system,
+            self.method,
+            self._initial_state(),
+            self.dt,
+            self.steps,
+            controls=self.controls(params),
+            save_every=every,
+            checkpoint=self.checkpoint,
+            check_inputs=False,
+        )
+
+    def terminal_error(self, params):
+        """``(squared group distance to the target, T²|ξ(T)|²)`` at the final time."""
+        err, rate = self._terminal(self.simulate(params).final_state)
+        return err, self.duration**2 * rate
+
+    def loss(self, params):
+        err, rate = self.terminal_error(params)
+        return control_effort(self.controls(params), self.dt) + self.weight * (err + rate)
+
+
+class AttitudeManeuver(_ForcedManeuver):
     """Rest-to-rest attitude manoeuvre of a rigid body by body torques (forced LGVI, seed-free:
     Lee, Leok & McClamroch's discrete Euler equations with the control in the discrete
     Lagrange–d'Alembert principle).
@@ -81,6 +133,7 @@ class AttitudeManeuver(eqx.Module):
     weight: float = eqx.field(static=True)
     checkpoint: bool = eqx.field(static=True)
     method: LGVI = LGVI()
+    width: ClassVar[int] = 3
 
     def __init__(
         self,
@@ -106,41 +159,12 @@ class AttitudeManeuver(eqx.Module):
         self.weight, self.checkpoint = float(weight), checkpoint
         self.method = LGVI()
 
-    @property
-    def dt(self) -> float:
-        return self.duration / self.steps
+    def _initial_state(self):
+        return RigidBodyState(self.R0, jnp.zeros(3, self.R0.dtype))
 
-    def initial_params(self):
-        return jnp.zeros((self.modes, 3), self.R0.dtype)
-
-    def controls(self, params):
-        """``(steps, 3)`` body torques (zero-order hold)."""
-        return sine_basis_controls(params, self.steps)
-
-    def simulate(self, params):
-        state0 = RigidBodyState(self.R0, jnp.zeros(3, self.R0.dtype))
-        every = _save_every(self.steps) if self.checkpoint else 1
-        return simulate(
-            self.system,
-            self.method,
-            state0,
-            self.dt,
-            self.steps,
-            controls=self.controls(params),
-            save_every=every,
-            checkpoint=self.checkpoint,
-            check_inputs=False,
-        )
-
-    def terminal_error(self, params):
-        final = self.simulate(params).final_state
+    def _terminal(self, final):
         angle = group_distance(SO3, final.R, self.R_target)
-        rate = self.duration**2 * jnp.sum(self.system.velocity(final.Pi) ** 2)
-        return angle, rate
-
-    def loss(self, params):
-        angle, rate = self.terminal_error(params)
-        return control_effort(self.controls(params), self.dt) + self.weight * (angle + rate)
+        return angle, jnp.sum(self.system.velocity(final.Pi) ** 2)
 
     def errors(self, params) -> dict:
         """``{"angle": rad, "rate": |Ω(T)| rad/s, "effort"}`` of the LGVI solution."""
@@ -152,7 +176,7 @@ class AttitudeManeuver(eqx.Module):
         }
 
 
-class PoseManeuver(eqx.Module):
+class PoseManeuver(_ForcedManeuver):
     """Rest-to-rest manoeuvre of a free rigid body on SE(3) (:class:`geomjax.RigidBodySE3`, centre
     of mass at the body origin) to a target pose by body wrenches ``(torque, force)``.
 
@@ -170,6 +194,7 @@ class PoseManeuver(eqx.Module):
     weight: float = eqx.field(static=True)
     checkpoint: bool = eqx.field(static=True)
     method: LGVI = LGVI()
+    width: ClassVar[int] = 6
 
     def __init__(
         self,
@@ -194,36 +219,12 @@ class PoseManeuver(eqx.Module):
         self.weight, self.checkpoint = float(weight), checkpoint
         self.method = LGVI()
 
-    @property
-    def dt(self) -> float:
-        return self.duration / self.steps
+    def _initial_state(self):
+        return LieGroupState(self.g0, jnp.zeros(6, self.g0.dtype))
 
-    def initial_params(self):
-        return jnp.zeros((self.modes, 6), self.g0.dtype)
-
-    def controls(self, params):
-        return sine_basis_controls(params, self.steps)
-
-    def simulate(self, params):
-        state0 = LieGroupState(self.g0, jnp.zeros(6, self.g0.dtype))
-        every = _save_every(self.steps) if self.checkpoint else 1
-        return simulate(
-            self.system,
-            self.method,
-            state0,
-            self.dt,
-            self.steps,
-            controls=self.controls(params),
-            save_every=every,
-            checkpoint=self.checkpoint,
-            check_inputs=False,
-        )
-
-    def loss(self, params):
-        final = self.simulate(params).final_state
+    def _terminal(self, final):
         err = group_distance(SE3, final.g, self.g_target)
-        rate = self.duration**2 * jnp.sum(self.system.velocity(final.mu) ** 2)
-        return control_effort(self.controls(params), self.dt) + self.weight * (err + rate)
+        return err, jnp.sum(self.system.velocity(final.mu) ** 2)
 
     def errors(self, params) -> dict:
         final = self.simulate(params).final_state
