@@ -44,13 +44,17 @@ def run(out: Path, fast: bool) -> list[Check]:
         Check(f"double spherical pendulum, RATTLE {n} steps: max |g(q)|", g, 1e-14, "constraint")
     )
     E = np.asarray(diag(pend, sol)["energy"])
-    err = np.abs(E - E[0])
-    h = len(err) // 2
+    err = E - E[0]
+    # no secular drift: the fitted linear trend over the whole run is a small fraction of the
+    # bounded O(dt²) oscillation (the max of the oscillation itself jumps with the chaotic
+    # excursions of the double pendulum, so a first-half/second-half max ratio is not a test)
+    t = np.asarray(sol.ts)
+    trend = abs(np.polyfit(t, err, 1)[0]) * (t[-1] - t[0])
     checks.append(
         Check(
-            "  ... energy error growth (2nd half / 1st half)",
-            float(err[h:].max() / err[: h + 1].max()),
-            1.5,
+            "  ... |linear energy trend over the run| / max |energy error|",
+            float(trend / np.abs(err).max()),
+            0.25,
             "no drift",
         )
     )
