@@ -50,6 +50,18 @@ __all__ = [
 ]
 
 
+def _eval_shape_or_raise(f, args, where, name, expected, verb="calling"):
+    """``jax.eval_shape(f, *args)``, or a ``ValueError`` naming argument ``name`` and what was
+    expected (the eager input checks of :class:`BaseControlledSystem` and :class:`Reconstruction`)."""
+    try:
+        return jax.eval_shape(f, *args)
+    except Exception as e:
+        raise ValueError(
+            f"{where}: argument '{name}' must be {expected}; "
+            f"{verb} it failed with {type(e).__name__}: {e}"
+        ) from e
+
+
 def _is_traced(x) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
 
@@ -134,43 +146,29 @@ class BaseControlledSystem(eqx.Module):
         if not (isinstance(self.base_dim, int) and self.base_dim >= 0):
             raise ValueError(f"{where}: argument 'base_dim' must be an int >= 0")
         b = jax.ShapeDtypeStruct((self.base_dim,), jnp.result_type(float))
-        try:
-            q = jax.eval_shape(self.section, b)
-        except Exception as e:
-            raise ValueError(
-                f"{where}: argument 'section' must map a base point of shape ({self.base_dim},) "
-                f"to a point of Q; calling it failed with {type(e).__name__}: {e}"
-            ) from e
-        try:
-            k = jax.eval_shape(self.kinetic, q, q)
-        except Exception as e:
-            raise ValueError(
-                f"{where}: argument 'kinetic' must be a function (q, qdot) -> scalar; "
-                f"calling it failed with {type(e).__name__}: {e}"
-            ) from e
+        q = _eval_shape_or_raise(
+            self.section,
+            (b,),
+            where,
+            "section",
+            f"a map of a base point of shape ({self.base_dim},) to a point of Q",
+        )
+        k = _eval_shape_or_raise(
+            self.kinetic, (q, q), where, "kinetic", "a function (q, qdot) -> scalar"
+        )
         if getattr(k, "shape", None) != ():
             raise ValueError(f"{where}: argument 'kinetic' must return a scalar, got {k}")
         g = jax.ShapeDtypeStruct(self.group.element_shape, jnp.result_type(float))
-        try:
-            q2 = jax.eval_shape(self.action, g, q)
-        except Exception as e:
-            raise ValueError(
-                f"{where}: argument 'action' must be a function (g, q) -> q; "
-                f"calling it failed with {type(e).__name__}: {e}"
-            ) from e
+        q2 = _eval_shape_or_raise(self.action, (g, q), where, "action", "a function (g, q) -> q")
         if jax.tree_util.tree_structure(q2) != jax.tree_util.tree_structure(q) or any(
             a.shape != c.shape
             for a, c in zip(jax.tree_util.tree_leaves(q2), jax.tree_util.tree_leaves(q))
         ):
             raise ValueError(f"{where}: argument 'action' must return a point shaped like q")
         if self.constraint is not None:
-            try:
-                c = jax.eval_shape(self.constraint, q, q)
-            except Exception as e:
-                raise ValueError(
-                    f"{where}: argument 'constraint' must be a function (q, qdot) -> (m,); "
-                    f"calling it failed with {type(e).__name__}: {e}"
-                ) from e
+            c = _eval_shape_or_raise(
+                self.constraint, (q, q), where, "constraint", "a function (q, qdot) -> (m,)"
+            )
             if len(getattr(c, "shape", (0, 0))) != 1 or c.shape[0] > self.group.dim:
                 raise ValueError(
                     f"{where}: argument 'constraint' must return shape (m,) with "
@@ -372,27 +370,29 @@ class Reconstruction(eqx.Module):
             raise ValueError(f"{where}: argument 'base_curve' must be callable")
         nb = self.system.base_dim
         t = jax.ShapeDtypeStruct((), jnp.result_type(float))
-        try:
-            out = jax.eval_shape(lambda p, s: _call_curve(self.base_curve, p, s), self.params, t)
-        except Exception as e:
-            sig = "t" if self.params is None else "(params, t)"
-            raise ValueError(
-                f"{where}: argument 'base_curve' must be a jittable function {sig} -> "
-                f"({nb},) array; tracing it failed with {type(e).__name__}: {e}"
-            ) from e
+        sig = "t" if self.params is None else "(params, t)"
+        out = _eval_shape_or_raise(
+            lambda p, s: _call_curve(self.base_curve, p, s),
+            (self.params, t),
+            where,
+            "base_curve",
+            f"a jittable function {sig} -> ({nb},) array",
+            verb="tracing",
+        )
         if getattr(out, "shape", None) != (nb,):
             raise ValueError(
                 f"{where}: argument 'base_curve' must return shape ({nb},) (the base "
                 f"dimension of {self.system.name}), got {getattr(out, 'shape', type(out))}"
             )
         if self.gauge is not None:
-            try:
-                gs = jax.eval_shape(self.gauge, t)
-            except Exception as e:
-                raise ValueError(
-                    f"{where}: argument 'gauge' must be a jittable function t -> group element; "
-                    f"tracing it failed with {type(e).__name__}: {e}"
-                ) from e
+            gs = _eval_shape_or_raise(
+                self.gauge,
+                (t,),
+                where,
+                "gauge",
+                "a jittable function t -> group element",
+                "tracing",
+            )
             if getattr(gs, "shape", None) != tuple(self.system.group.element_shape):
                 raise ValueError(
                     f"{where}: argument 'gauge' must return a group element of shape "
