@@ -216,23 +216,11 @@ def _split_invariant(static, params, dt, x, u, t, need_dt):
                 res.append(v)
         if not k_eqns:
             return None
-        effects = frozenset().union(*(e.effects for e in u_eqns))
         jk = jc.ClosedJaxpr(
             jc.Jaxpr(
                 jaxpr.constvars, jaxpr.invars[: n_p + 1], res, k_eqns, frozenset(), jaxpr.debug_info
             ),
             closed.consts,
-        )
-        ju = jc.ClosedJaxpr(
-            jc.Jaxpr(
-                [],
-                [*res, *jaxpr.invars[n_p + 1 :]],
-                jaxpr.outvars,
-                u_eqns,
-                effects,
-                jaxpr.debug_info,
-            ),
-            [],
         )
     except Exception:  # an unusual jaxpr: no split, same gradients
         return None
@@ -246,17 +234,95 @@ def _split_invariant(static, params, dt, x, u, t, need_dt):
     ):
         return None
     f_known = jc.jaxpr_as_fun(jk)
-    f_unknown = jc.jaxpr_as_fun(ju)
     tree = out_tree[0]
+    x_vars = jaxpr.invars[n_p + 1 : n_p + 1 + n_x]
 
     def known_fn(p, d):
         return tuple(f_known(*jax.tree_util.tree_leaves(p), d))
 
     def unknown_fn(r, xx, uu, tt):
-        out = f_unknown(*r, *jax.tree_util.tree_leaves(xx), *jax.tree_util.tree_leaves(uu), tt)
+        env = dict(zip(res, r))
+        for v, a in zip(x_vars, jax.tree_util.tree_leaves(xx, is_leaf=_is_scalars)):
+            env[v] = a
+        for v, a in zip(jaxpr.invars[n_p + 1 + n_x :], [*jax.tree_util.tree_leaves(uu), tt]):
+            env[v] = a
+        out = _eval_eqns(u_eqns, env, jaxpr.outvars)
         return jax.tree_util.tree_unflatten(tree, out)
 
     return _Invariant(known_fn, unknown_fn, diff)
+
+
+class _Scalars(eqx.Module):
+    """A small state leaf passed to the backward step as its scalar entries (one array per
+    entry, batched under ``vmap``): the step reads its entries by slicing, whose transpose is a
+    ``pad``; fed as scalars, the VJP returns one cotangent array per entry instead of a sum of
+    pads, which XLA:CPU fused with the whole VJP and recomputed per entry (12× on the SO(3)
+    carry)."""
+
+    entries: tuple
+    shape: tuple = eqx.field(static=True)
+
+    @classmethod
+    def of(cls, a):
+        flat = jnp.reshape(a, (-1,))
+        return cls(tuple(flat[i] for i in range(flat.shape[0])), tuple(jnp.shape(a)))
+
+    def array(self):
+        return jnp.reshape(jnp.stack(self.entries), self.shape)
+
+
+def _is_scalars(a):
+    return isinstance(a, _Scalars)
+
+
+def _to_scalars(tree, max_size=64):
+    return jax.tree_util.tree_map(
+        lambda a: _Scalars.of(a) if 0 < jnp.size(a) <= max_size else a, tree
+    )
+
+
+def _from_scalars(tree):
+    return jax.tree_util.tree_map(
+        lambda a: a.array() if _is_scalars(a) else a, tree, is_leaf=_is_scalars
+    )
+
+
+def _eval_eqns(eqns, env, outvars):
+    """Evaluate jaxpr equations (``jax.core.eval_jaxpr``), where a :class:`_Scalars` value read
+    by a unit-stride ``slice`` of a vector gives the stacked entries (no slicing to transpose)
+    and anywhere else the stacked array."""
+    from jax.extend import core as jc
+
+    def read(v):
+        if isinstance(v, jc.Literal):
+            return v.val
+        a = env[v]
+        return a.array() if _is_scalars(a) else a
+
+    for eqn in eqns:
+        v0 = eqn.invars[0] if eqn.invars else None
+        if (
+            eqn.primitive.name == "slice"
+            and not isinstance(v0, jc.Literal)
+            and _is_scalars(env.get(v0))
+        ):
+            a, p = env[eqn.invars[0]], eqn.params
+            if len(a.shape) == 1 and all(s in (None, 1) for s in (p.get("strides") or ())):
+                (lo,), (hi,) = p["start_indices"], p["limit_indices"]
+                env[eqn.outvars[0]] = jnp.stack(a.entries[lo:hi])
+                continue
+        invals = [read(v) for v in eqn.invars]
+        params = eqn.primitive.get_bind_params(eqn.params)
+        subfuns = []
+        if isinstance(params, tuple):  # older jax: (subfuns, params)
+            subfuns, params = params
+        with eqn.ctx.manager:
+            ans = eqn.primitive.bind(*subfuns, *invals, **params)
+        if not eqn.primitive.multiple_results:
+            ans = [ans]
+        for v, a in zip(eqn.outvars, ans):
+            env[v] = a
+    return [read(v) for v in outvars]
 
 
 def _max_abs_diff(a, b):
@@ -317,6 +383,9 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
                 res[i] = r
             return res
 
+    def to_ct(a):
+        return a if inv is None else _to_scalars(a)
+
     def one_step_hoisted(c, u):
         # the VJP with respect to the loop-invariant residuals (see _Invariant)
         x1, t1, ct_x, ct_t, ct_r, ct_dt = c
@@ -331,7 +400,9 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
             return (x_next, t_next) if need_t else x_next
 
         extra = [v for v, need in ((u, need_u), (t0_, need_t)) if need]
-        _, vjp = jax.vjp(f, x0, res_d, *extra)
+        # the state as scalar entries, its cotangent carried likewise (see _Scalars)
+        _, vjp = jax.vjp(f, _to_scalars(x0), res_d, *extra)
+        ct_x = _from_scalars(ct_x)
         cts = list(vjp((ct_x, ct_t) if need_t else ct_x))
         ct_x0, ct_rk = cts[0], cts[1]
         rest = cts[2:]
@@ -369,7 +440,7 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
         s_end, s_start, ct_end, t_end, ct_t_end, us = xs
         # the saved state at the end of the block: its output cotangent, and the anchor
         x = to_carry(s_end)
-        ct_x = jax.tree_util.tree_map(jnp.add, ct_x, ct_to_carry(s_end, ct_end))
+        ct_x = jax.tree_util.tree_map(jnp.add, ct_x, to_ct(ct_to_carry(s_end, ct_end)))
         ct_t = ct_t + ct_t_end
         (x, _, ct_x, ct_t, ct_p, ct_dt), ct_us = jax.lax.scan(
             one_step if inv is None else one_step_hoisted,
@@ -383,7 +454,7 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
         return (ct_x, ct_t, ct_p, ct_dt, worst), ct_us
 
     c0 = (
-        jax.tree_util.tree_map(jnp.zeros_like, x_shape),
+        to_ct(jax.tree_util.tree_map(jnp.zeros_like, x_shape)),
         jnp.zeros((), dtype),
         jax.tree_util.tree_map(jnp.zeros_like, params if inv is None else res_d),
         jnp.zeros((), dtype),
@@ -394,6 +465,7 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
         block, c0, xs, length=n_save, reverse=True
     )
     # the initial state: pulled back through method.init, plus its own output cotangent
+    ct_x = _from_scalars(ct_x)
     _, vjp_init = jax.vjp(to_carry, state0)
     ct_state0 = vjp_init(ct_x)[0]
     ct_state0 = jax.tree_util.tree_map(
