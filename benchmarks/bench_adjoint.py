@@ -1,7 +1,9 @@
 """Gradients through long runs: plain reverse mode vs ``checkpoint=True`` vs
 ``adjoint=ReversibleAdjoint()`` (time and memory against the number of steps), a bare-scan RK4
-gradient of the same problem, batch-1024 gradients against the forward run, and the
-reconstruction error of the initial state (regular and chaotic motion).
+gradient of the same problem, batch-1024 gradients against the forward run (with respect to the
+batched initial momenta and the shared, unbatched inertia, or the momenta only), the
+reconstruction error of the initial state and the gradient's error against plain reverse mode
+(regular and chaotic motion, with and without re-anchoring at saved states).
 
     python benchmarks/bench_adjoint.py [--fast]     (or: geomjax bench adjoint)
 
@@ -9,13 +11,14 @@ Problem: free rigid body I = (1, 2, 3), dt = 0.01, LGVI (Cayley), float64; loss 
 functional of the final (R, Pi); gradient with respect to Pi0 and the principal moments.
 Memory: XLA's buffer assignment of the compiled gradient (``memory_analysis().temp_size_in_bytes``:
 the scratch memory the computation needs besides its inputs and outputs), the figure that
-grows with the trajectory stored for reverse mode.  Time: median wall time, compile separately.
+grows with the trajectory stored for reverse mode.  Time: every function of a table compiled
+first (compile time reported separately), then timed in interleaved rounds, best round kept
+(the machine is shared: the ratios of one table see the same load).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 import time
 
@@ -83,24 +86,67 @@ def rk4_loss(steps):
 
 
 def measure(fn, *args, fast):
-    """(compile s, run s, temp bytes) of ``jax.jit(fn)``."""
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    mem = compiled.memory_analysis()
-    temp = None if mem is None else int(mem.temp_size_in_bytes)
-    jax.block_until_ready(compiled(*args))  # warm-up
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    per = max(1, int((0.05 if fast else 0.2) / max(time.perf_counter() - t0, 1e-7)))
-    samples = []
-    for _ in range(3 if fast else 5):
+    """(compile s, run s, temp bytes) of ``jax.jit(fn)`` alone (see :func:`measure_side_by_side`)."""
+    return measure_side_by_side({"f": fn}, *args, fast=fast)["f"]
+
+
+def measure_side_by_side(fns, *args, fast, rounds=None):
+    """``{name: (compile s, run s, temp bytes)}``: every function compiled first, then timed in
+    interleaved rounds (each round runs every function once, a calibrated number of times) and
+    the best round kept, so that the ratios of one table see the same machine load (the machine
+    is shared)."""
+    out, compiled = {}, {}
+    for name, fn in fns.items():
         t0 = time.perf_counter()
-        for _ in range(per):
-            out = compiled(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / per)
-    return compile_s, statistics.median(samples), temp
+        c = jax.jit(fn).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+        mem = c.memory_analysis()
+        compiled[name] = c
+        out[name] = [compile_s, None, None if mem is None else int(mem.temp_size_in_bytes)]
+    per = {}
+    for name, c in compiled.items():
+        jax.block_until_ready(c(*args))  # warm-up
+        t0 = time.perf_counter()
+        jax.block_until_ready(c(*args))
+        per[name] = max(1, int((0.05 if fast else 0.2) / max(time.perf_counter() - t0, 1e-7)))
+    best = dict.fromkeys(compiled, math.inf)
+    for _ in range(rounds or (3 if fast else 7)):
+        for name, c in compiled.items():
+            t0 = time.perf_counter()
+            for _ in range(per[name]):
+                res = c(*args)
+            jax.block_until_ready(res)
+            best[name] = min(best[name], (time.perf_counter() - t0) / per[name])
+    return {name: (v[0], best[name], v[2]) for name, v in out.items()}
+
+
+def temp_bytes(fn, *args):
+    """XLA temp memory of the compiled ``fn`` (compile only: no run needed)."""
+    mem = jax.jit(fn).lower(*args).compile().memory_analysis()
+    return None if mem is None else int(mem.temp_size_in_bytes)
+
+
+def grad_rel_error(loss, ref_loss, *args):
+    """max |g - g_ref| / max |g_ref| over the gradient leaves."""
+    g = jax.jit(jax.grad(loss, argnums=(0, 1)))(*args)
+    r = jax.jit(jax.grad(ref_loss, argnums=(0, 1)))(*args)
+    return max(float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b))) for a, b in zip(g, r))
+
+
+def top_loss(steps, mode, save_every=None):
+    """Heavy top (chaotic), gradient with respect to Pi0 and the principal moments."""
+
+    def loss(pi0, moments):
+        se = steps if save_every is None else save_every
+        kw = {"save_every": se}
+        if mode == "reversible":
+            kw["adjoint"] = gj.ReversibleAdjoint()
+        system = gj.RigidBody(moments, HeavyTop(1.0, 9.81, [0.3, 0.2, 0.4]))
+        sol = gj.simulate(system, gj.LGVI(), system.make_state(R0, pi0), DT, steps, **kw)
+        s = sol.final_state
+        return jnp.sum(W_R * s.R) + jnp.sum(W_PI * s.Pi)
+
+    return loss
 
 
 def main(argv=None):
@@ -118,10 +164,8 @@ def main(argv=None):
         if n >= 1_000_000:  # plain reverse mode stores the trajectory: skip at 1e6 steps
             impls.pop("plain reverse")
             impls.pop("bare-scan RK4 grad")
-        res = {}
-        for name, fn in impls.items():
-            c, r, temp = measure(fn, PI0, MOMENTS, fast=fast)
-            res[name] = (c, r, temp)
+        res = measure_side_by_side(impls, PI0, MOMENTS, fast=fast)
+        for name, (c, r, temp) in res.items():
             print(f"n={n:>8d} {name:20s} compile {c:6.2f} s  run {r:.4g} s  temp {temp} B")
         rk4 = res.get("bare-scan RK4 grad")
         fwd = res["forward (LGVI)"]
@@ -140,10 +184,26 @@ def main(argv=None):
             records.append(row)
     cols = ["steps", "method", "compile s", "run s", "us/step", "temp MiB", "/forward", "/RK4 grad"]
     print_table(
-        rows, cols, title="gradient of a terminal loss, batch 1, free body, LGVI dt 0.01, float64"
+        rows,
+        cols,
+        title="gradient of a terminal loss, batch 1, free body, LGVI dt 0.01, float64 "
+        "(interleaved, best of rounds)",
     )
 
-    # batch 1024: gradient of the summed loss against the forward run
+    # memory against the number of steps (compile only): XLA temp buffers of the gradient
+    mrows = []
+    for n in (1000, 10_000, 100_000):
+        for name, mode in (
+            ("plain reverse", "plain"),
+            ("checkpoint=True", "checkpoint"),
+            ("ReversibleAdjoint", "reversible"),
+        ):
+            temp = temp_bytes(jax.grad(lgvi_loss(n, mode), argnums=(0, 1)), PI0, MOMENTS)
+            mrows.append({"steps": n, "method": name, "temp KiB": temp / 2**10})
+    print_table(mrows, ["steps", "method", "temp KiB"], title="XLA temp memory of the gradient")
+
+    # batch 1024: gradient of the summed loss against the forward run, with respect to the
+    # batched initial momenta and the shared (unbatched) principal moments, or the momenta only
     nb = 200 if fast else 1000
     batch = 1024
     pis = PI0 * (1.0 + 0.1 * jnp.sin(jnp.arange(3.0 * batch)).reshape(batch, 3))
@@ -152,16 +212,19 @@ def main(argv=None):
         loss = lgvi_loss(nb, mode)
         return lambda pis, m: jnp.sum(jax.vmap(loss, in_axes=(0, None))(pis, m))
 
+    bres = measure_side_by_side(
+        {
+            "forward": batched("plain"),
+            "plain reverse (Pi0, I)": jax.grad(batched("plain"), argnums=(0, 1)),
+            "ReversibleAdjoint (Pi0, I)": jax.grad(batched("reversible"), argnums=(0, 1)),
+            "plain reverse (Pi0)": jax.grad(batched("plain"), argnums=0),
+            "ReversibleAdjoint (Pi0)": jax.grad(batched("reversible"), argnums=0),
+        },
+        pis,
+        MOMENTS,
+        fast=fast,
+    )
     brows = []
-    bres = {
-        "forward": measure(batched("plain"), pis, MOMENTS, fast=fast),
-        "plain reverse": measure(
-            jax.grad(batched("plain"), argnums=(0, 1)), pis, MOMENTS, fast=fast
-        ),
-        "ReversibleAdjoint": measure(
-            jax.grad(batched("reversible"), argnums=(0, 1)), pis, MOMENTS, fast=fast
-        ),
-    }
     for name, (c, r, temp) in bres.items():
         brows.append(
             {
@@ -175,18 +238,41 @@ def main(argv=None):
     print_table(
         brows,
         ["method", "compile s", "ns/body-step", "temp MiB", "/forward"],
-        title=f"batch {batch}, {nb} steps",
+        title=f"batch {batch}, {nb} steps (gradient w.r.t. the batched Pi0 and the shared I)",
     )
 
-    # reconstruction error of the initial state: regular (free body) vs chaotic (heavy top)
+    # reconstruction error of the initial state, and what it does to the gradient: regular
+    # (free body) vs chaotic (heavy top) motion; re-anchoring at saved states (save_every)
     top = gj.RigidBody(MOMENTS, HeavyTop(1.0, 9.81, [0.3, 0.2, 0.4]))
     rrows = []
     for name, system in (("free body", gj.RigidBody(MOMENTS)), ("heavy top (chaotic)", top)):
         for n in sizes[:3]:
             err, _ = reconstruction_error(system, gj.LGVI(), system.make_state(R0, PI0), DT, n)
-            rrows.append({"system": name, "steps": n, "T": n * DT, "error": float(err)})
+            row = {"system": name, "steps": n, "T": n * DT, "save_every": n, "error": float(err)}
+            if n <= 10_000:  # gradient against plain reverse mode (stores the trajectory)
+                loss = lgvi_loss if name == "free body" else top_loss
+                row["grad rel. error"] = grad_rel_error(
+                    loss(n, "reversible"), loss(n, "plain"), PI0, MOMENTS
+                )
+            rrows.append(row)
+    for n, se in ((10_000, 1000), (10_000, 100)):  # re-anchored every se steps
+        rrows.append(
+            {
+                "system": "heavy top (chaotic)",
+                "steps": n,
+                "T": n * DT,
+                "save_every": se,
+                "error": None,
+                "grad rel. error": grad_rel_error(
+                    top_loss(n, "reversible", se), top_loss(n, "plain"), PI0, MOMENTS
+                ),
+            }
+        )
     print_table(
-        rrows, ["system", "steps", "T", "error"], title="reconstruction error of the initial state"
+        rrows,
+        ["system", "steps", "T", "save_every", "error", "grad rel. error"],
+        title="reconstruction error of the initial state, and the gradient's error against "
+        "plain reverse mode",
     )
 
     try:
@@ -221,11 +307,13 @@ def main(argv=None):
             "fast": fast,
             "dtype": "float64",
             "batch1": rows,
+            "memory": mrows,
             "batch1024": brows,
+            "batch1024_steps": nb,
             "reconstruction": rrows,
         },
     )
-    return rows, brows, rrows
+    return rows, brows, rrows, mrows
 
 
 if __name__ == "__main__":
