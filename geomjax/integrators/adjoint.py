@@ -38,18 +38,32 @@ onto an attractor) are the same case: what contracts forwards expands backwards.
 implicit solves are not symmetric: check ``Solution.max_residual`` as always.
 
 Cost: per step, one reverse step, one forward step (the linearization point) and its VJP; no
-trajectory is written or read.  Memory: XLA temp memory of the gradient constant in the number
-of steps (4.4 KiB at 1e3, 1e4 and 1e5 steps, against 433 B/step for plain reverse mode and
-21–199 KiB for ``checkpoint=True``).  Time (shared 2-core CPU, float64, free body): at batch 1,
-1.9 µs/step, ~0.2× the bare-scan RK4 gradient of the same problem and 0.2–0.3× plain reverse
-mode; at batch 1024, 4.4× the forward run for the gradient with respect to the states and 5.8×
-with respect to the shared inertia too — the floor of this scheme is about 3.7×: the forward
-run, then a reverse step and a forward step that XLA cannot fuse (2.7× the forward step together,
-measured), and the transposed step.  Two implementation details make the VJP cheap under
-``vmap`` (XLA:CPU otherwise fused the whole per-step VJP into the loops that write the
-cotangents of sliced arrays and recomputed it per array entry): the parameter-only part of the
-step is hoisted out of the loop (:class:`_Invariant`) and small state leaves enter the VJP as
-scalar entries (:class:`_Scalars`); before, the same batch-1024 gradients took 9.6× and 21.6×.
+trajectory is written or read.  Measured in ``benchmarks/bench_adjoint.py`` (shared 2-core CPU,
+free body, dt 0.01, float64 unless said):
+
+* memory: XLA temp memory of the gradient constant in the number of steps (4.4 KiB from 1e3 to
+  1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
+* batch 1: 1.7–2.4 µs/step, 0.2–0.4× the bare-``lax.scan`` RK4 gradient of the same problem and
+  0.2–0.4× plain reverse mode or ``checkpoint=True``;
+* batch 1024: 3.8–4.3× the forward run for the gradient with respect to the states, 4.7–5.8×
+  with respect to the shared (unbatched) inertia too (float32: 4.9×; plain reverse mode 8–12×,
+  float32 43×).  Before the two details below, the same gradients took 9–12× and 22–31×
+  (interleaved runs).  What remains is structural: the forward run, then per step a reverse
+  step and a forward step that XLA does not fuse (2.7× the forward step together, measured)
+  plus the transposed step.  Reaching ~3× needs a method that hands its linearization over from
+  the reverse step (on the Cayley LGVI the reverse solve returns the forward step's ``ξ_k``,
+  ``F_k^{-1} = cay(−h ξ_k)``), which this method-agnostic adjoint does not assume.
+
+Two details make the VJP cheap under ``vmap`` (unbatched parameters, batched states: the
+parameter cotangent is per-example).  XLA:CPU fused the whole per-step VJP into the loops that
+write the cotangents of *sliced* arrays (the transpose of ``c[i]`` is a ``pad``) and recomputed
+it once per array entry: 9× for the ``(batch, 3, 3)`` inertia cotangent, 12× for the ``(batch,
+12)`` SO(3) state.  So the parameter-only part of the step is hoisted out of the loop and the
+per-step VJP taken with respect to its results (:class:`_Invariant`), and small state leaves
+enter the VJP as scalar entries (:class:`_Scalars`).  Where the split does not apply (a step
+that is one higher-order primitive, e.g. ``Composition(loop="scan")``, or residuals much larger
+than the parameters, e.g. ``NonholonomicVI``), the backward step differentiates with respect to
+the parameters directly: same gradients, without the speed-up.
 
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
