@@ -44,7 +44,7 @@ free body, dt 0.01, float64 unless said):
 * memory: XLA temp memory of the gradient constant in the number of steps (4.4 KiB from 1e3 to
   1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
 * batch 1: 1.7–2.4 µs/step, 0.2–0.4× the bare-``lax.scan`` RK4 gradient of the same problem and
-  0.2–0.4× plain reverse mode or ``checkpoint=True``;
+  0.2–0.4× plain reverse mode and 0.2–0.8× ``checkpoint=True``;
 * batch 1024: 3.8–4.3× the forward run for the gradient with respect to the states, 4.7–5.8×
   with respect to the shared (unbatched) inertia too (float32: 4.9×; plain reverse mode 8–12×,
   float32 43×).  Before the two details below, the same gradients took 9–12× and 22–31×
@@ -52,7 +52,11 @@ free body, dt 0.01, float64 unless said):
   step and a forward step that XLA does not fuse (2.7× the forward step together, measured)
   plus the transposed step.  Reaching ~3× needs a method that hands its linearization over from
   the reverse step (on the Cayley LGVI the reverse solve returns the forward step's ``ξ_k``,
-  ``F_k^{-1} = cay(−h ξ_k)``), which this method-agnostic adjoint does not assume.
+  ``F_k^{-1} = cay(−h ξ_k)``), which this method-agnostic adjoint does not assume.  In the
+  compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
+  solve (the cotangent of ``ξ`` and the adjoint solve) once per parameter or momentum
+  cotangent it feeds (6 sibling loops of ~350 operations each on the SO(3) LGVI);
+  ``optimization_barrier`` on those values did not change the time (measured).
 
 Two details make the VJP cheap under ``vmap`` (unbatched parameters, batched states: the
 parameter cotangent is per-example).  XLA:CPU fused the whole per-step VJP into the loops that
