@@ -65,9 +65,10 @@ it once per array entry: 9× for the ``(batch, 3, 3)`` inertia cotangent, 12× f
 12)`` SO(3) state.  So the parameter-only part of the step is hoisted out of the loop and the
 per-step VJP taken with respect to its results (:class:`_Invariant`), and small state leaves
 enter the VJP as scalar entries (:class:`_Scalars`).  Where the split does not apply (a step
-that is one higher-order primitive, e.g. ``Composition(loop="scan")``, or residuals much larger
-than the parameters, e.g. ``NonholonomicVI``), the backward step differentiates with respect to
-the parameters directly: same gradients, without the speed-up.
+that is one higher-order primitive, e.g. ``Composition(loop="scan")``, or loop-invariant
+residuals much larger than the parameters), the backward step differentiates with respect to
+the parameters directly: same gradients, without the speed-up.  (``NonholonomicVI`` on the
+Chaplygin sleigh, batch 256: 4.1× the forward run split, 4.4× direct; plain reverse mode ~4×.)
 
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
@@ -258,11 +259,12 @@ def _split_invariant(static, params, dt, x, u, t, need_dt):
     diff = tuple(
         i for i, v in enumerate(res) if v in dep and jnp.issubdtype(v.aval.dtype, jnp.inexact)
     )
-    # the split pays when the residual cotangents are not much larger than the parameters'
-    if (
-        sum(math.prod(res[i].aval.shape) for i in diff)
-        > 4 * sum(math.prod(jnp.shape(a)) for a in p_leaves) + 64
-    ):
+    # the split pays unless the residual cotangents (carried per step, batched under vmap) are
+    # much larger than the parameters' (e.g. a large matrix precomputed from a few parameters);
+    # NonholonomicVI on the sleigh: ~100 residual entries for 3 parameters, 6% faster than the
+    # direct VJP (measured, batch 256)
+    n_params = sum(math.prod(jnp.shape(a)) for a in p_leaves)
+    if sum(math.prod(res[i].aval.shape) for i in diff) > max(4 * n_params, 1024):
         return None
     f_known = jc.jaxpr_as_fun(jk)
     tree = out_tree[0]
