@@ -45,10 +45,10 @@ free body, dt 0.01, float64 unless said):
   1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
 * batch 1: 1.7–2.4 µs/step, 0.2–0.4× the bare-``lax.scan`` RK4 gradient of the same problem and
   0.2–0.4× plain reverse mode and 0.2–0.8× ``checkpoint=True``;
-* batch 1024: 3.8–4.3× the forward run for the gradient with respect to the states, 4.7–5.8×
-  with respect to the shared (unbatched) inertia too (float32: 4.9×; plain reverse mode 8–12×,
-  float32 43×).  Before the two details below, the same gradients took 9–12× and 22–31×
-  (interleaved runs).  What remains is structural: the forward run, then per step a reverse
+* batch 1024: 3.8–5.3× the forward run for the gradient with respect to the states, 4.7–6.8×
+  with respect to the shared (unbatched) inertia too (float32: 4.9–6.3×; plain reverse mode
+  8–16×, float32 43–50×); the spread is the machine load across runs.  Before the two details
+  below, the same gradients took 9–12× and 22–31× (runs of both versions alternated).  What remains is structural: the forward run, then per step a reverse
   step and a forward step that XLA does not fuse (2.7× the forward step together, measured)
   plus the transposed step.  Reaching ~3× needs a method that hands its linearization over from
   the reverse step (on the Cayley LGVI the reverse solve returns the forward step's ``ξ_k``,
@@ -68,7 +68,7 @@ enter the VJP as scalar entries (:class:`_Scalars`).  Where the split does not a
 that is one higher-order primitive, e.g. ``Composition(loop="scan")``, or loop-invariant
 residuals much larger than the parameters), the backward step differentiates with respect to
 the parameters directly: same gradients, without the speed-up.  (``NonholonomicVI`` on the
-Chaplygin sleigh, batch 256: 4.1× the forward run split, 4.4× direct; plain reverse mode ~4×.)
+Chaplygin sleigh, batch 256: 4.1× the forward run split, 4.4× direct; plain reverse mode 3.4–3.7×.)
 
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
