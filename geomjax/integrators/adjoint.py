@@ -48,9 +48,9 @@ free body, dt 0.01, float64 unless said):
 * batch 1024: 3.8–5.3× the forward run for the gradient with respect to the states, 4.7–6.8×
   with respect to the shared (unbatched) inertia too (float32: 4.9–6.3×; plain reverse mode
   8–16×, float32 43–50×); the spread is the machine load across runs.  Before the two details
-  below, the same gradients took 9–12× and 22–31× (runs of both versions alternated).  What remains is structural: the forward run, then per step a reverse
-  step and a forward step that XLA does not fuse (2.7× the forward step together, measured)
-  plus the transposed step.  Reaching ~3× needs a method that hands its linearization over from
+  below, the same gradients took 9–12× and 22–31× (runs of both versions alternated).  What
+  remains is structural: the forward run, then per step a reverse step and a forward step that
+  XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.  Reaching ~3× needs a method that hands its linearization over from
   the reverse step (on the Cayley LGVI the reverse solve returns the forward step's ``ξ_k``,
   ``F_k^{-1} = cay(−h ξ_k)``), which this method-agnostic adjoint does not assume.  In the
   compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
