@@ -50,9 +50,10 @@ free body, dt 0.01, float64 unless said):
   8–16×, float32 43–50×); the spread is the machine load across runs.  Before the two details
   below, the same gradients took 9–12× and 22–31× (runs of both versions alternated).  What
   remains is structural: the forward run, then per step a reverse step and a forward step that
-  XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.  Reaching ~3× needs a method that hands its linearization over from
-  the reverse step (on the Cayley LGVI the reverse solve returns the forward step's ``ξ_k``,
-  ``F_k^{-1} = cay(−h ξ_k)``), which this method-agnostic adjoint does not assume.  In the
+  XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.
+  Reaching ~3× needs a method that hands its linearization over from the reverse step (on the
+  Cayley LGVI the reverse solve returns the forward step's ``ξ_k``, ``F_k^{-1} = cay(−h ξ_k)``),
+  which this method-agnostic adjoint does not assume.  In the
   compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
   solve (the cotangent of ``ξ`` and the adjoint solve) once per parameter or momentum
   cotangent it feeds (6 sibling loops of ~350 operations each on the SO(3) LGVI);
