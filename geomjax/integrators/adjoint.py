@@ -283,6 +283,13 @@ def _split_invariant(static, params, dt, x, u, t, need_dt):
         out = _eval_eqns(u_eqns, env, jaxpr.outvars)
         return jax.tree_util.tree_unflatten(tree, out)
 
+    try:  # the evaluation too (abstractly): an unusual equation falls back, never fails later
+        jax.eval_shape(
+            lambda p, d, xx, uu, tt: unknown_fn(known_fn(p, d), _to_scalars(xx), uu, tt),
+            *jax.tree_util.tree_map(sds, (params, dt, x, u, t)),
+        )
+    except Exception:
+        return None
     return _Invariant(known_fn, unknown_fn, diff)
 
 
