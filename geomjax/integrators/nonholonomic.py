@@ -82,7 +82,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._linalg import saddle_solve_schur
+from .._linalg import forward_jacobian, saddle_solve_schur
 from ..systems.nonholonomic import AbstractNonholonomicSystem, NonholonomicState
 from .base import AbstractMethod, StepStats, needs_reorthonormalization
 from .newton import newton_solve
@@ -190,7 +190,7 @@ class _SaddleJacSolve(eqx.Module):
     def __call__(self, z, args, r):
         k = self.k
         lam = z[k:]
-        Jv = jax.jacfwd(lambda v: self.residual(jnp.concatenate([v, lam]), args))(z[:k])
+        Jv = forward_jacobian(lambda v: self.residual(jnp.concatenate([v, lam]), args), z[:k])
         A = self.A_of(self.residual, args)
         dv, dlam = saddle_solve_schur(Jv[:k], A, Jv[k:], r[:k], r[k:])
         return jnp.concatenate([dv, dlam])

@@ -58,6 +58,7 @@ from .._dependence import method_depends_on
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,
+    forward_jacobian,
     pivot_ratio,
     saddle_solve_schur,
 )
@@ -202,7 +203,7 @@ class AbstractNonholonomicSystem(AbstractSystem):
 
     def mass_matrix(self, g, x, v) -> jax.Array:
         """``M = ∂²L/∂v²`` ``(d + n, d + n)`` (SPD for a mechanical Lagrangian)."""
-        return jax.jacfwd(self.momentum, argnums=2)(g, x, v)
+        return forward_jacobian(lambda v: self.momentum(g, x, v), v)
 
     def configuration_force(self, g, x, v) -> jax.Array:
         """``(D_g L, ∂L/∂x)`` ``(d + n,)``: left-trivialized derivative of L in the configuration."""
@@ -217,7 +218,7 @@ class AbstractNonholonomicSystem(AbstractSystem):
     def constraint_matrix(self, g, x, t=0.0) -> jax.Array:
         """``A(q) = ∂C/∂v`` ``(m, d + n)``."""
         v0 = jnp.zeros((self.n_velocities,), jnp.result_type(x, g))
-        return jax.jacfwd(self.constraint, argnums=2)(g, x, v0, t)
+        return forward_jacobian(lambda v: self.constraint(g, x, v, t), v0)
 
     def constraint_rhs(self, g, x, t=0.0) -> jax.Array:
         """``b(q, t) = −C(q, 0, t)`` ``(m,)`` (zero for linear constraints)."""
