@@ -46,8 +46,8 @@ class AbstractMethod(eqx.Module):
     # Methods may carry the state in an internal layout inside simulate's scan (e.g. the
     # struct-of-arrays layout of the SO(3) kernels); ``init``/``finalize`` convert exactly and
     # ``advance`` steps the internal carry.  By default the carry is the state itself.
-    def init(self, system, state):
-        """State → internal carry."""
+    def init(self, system, state, t=0.0):
+        """State at time ``t`` → internal carry."""
         return state
 
     def finalize(self, system, carry):

@@ -201,14 +201,14 @@ class Composition(AbstractMethod):
     def check_initial(self, system, state):
         return self.method.check_initial(system, state)
 
-    def init(self, system, state):
-        return self.method.init(system, state)
+    def init(self, system, state, t=0.0):
+        return self.method.init(system, state, t)
 
     def finalize(self, system, carry):
         return self.method.finalize(system, carry)
 
     def step(self, system, state, dt, control=None, t=0.0):
-        carry, stats = self.advance(system, self.init(system, state), dt, control, t)
+        carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
         return self.finalize(system, carry), stats
 
     def advance(self, system, carry, dt, control=None, t=0.0):

@@ -124,7 +124,7 @@ class LGVI(AbstractMethod):
         return G.cay(x) if self.retraction == "cayley" else G.exp(x)
 
     # --- internal layout -------------------------------------------------------------------
-    def init(self, system, state):
+    def init(self, system, state, t=0.0):
         if self._fast(system):
             return soa.to_carry(*system.split(state))
         return state

@@ -431,7 +431,7 @@ def _integrate(system, method, state0, dt, t0, blocks, feedback, *, n_save, save
     if checkpoint:
         block = jax.checkpoint(block, prevent_cse=False)
 
-    carry0 = (method.init(system, state0), t0)
+    carry0 = (method.init(system, state0, t0), t0)
     _, ((states, ts), stats) = jax.lax.scan(block, carry0, blocks, length=n_save)
     stats["max_residual"] = jnp.max(stats["residual"])
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), state0, states)

@@ -59,7 +59,7 @@ class RigidBodySplitting(AbstractMethod):
                     f"largest off-diagonal entry {float(off):.3g}. Rotate to principal axes or use LGVI."
                 )
 
-    def init(self, system, state):
+    def init(self, system, state, t=0.0):
         return soa.to_carry(*system.split(state))
 
     def finalize(self, system, carry):

@@ -54,11 +54,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._dependence import method_depends_on
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,
+    forward_jacobian,
     pivot_ratio,
-    small_solve,
+    saddle_solve_schur,
 )
 from ..lie.base import LieGroup, check_shape
 from .base import AbstractSystem, check_finite
@@ -82,14 +84,7 @@ def saddle_solve(M, A, f, c):
     Small systems (k + m ≤ 8) use unrolled elimination without pivoting (velocity unknowns first:
     the pivots are those of ``M`` and then of the SPD Schur complement ``A M^{-1} A^T``), which is
     much cheaper than LAPACK calls for the tiny matrices of mechanics and vectorizes under vmap."""
-    k, m = M.shape[0], A.shape[0]
-    if m == 0:
-        return small_solve(M, f), jnp.zeros((0,), f.dtype)
-    K = jnp.concatenate(
-        [jnp.concatenate([M, -A.T], 1), jnp.concatenate([A, jnp.zeros((m, m), A.dtype)], 1)], 0
-    )
-    z = small_solve(K, jnp.concatenate([f, c]))
-    return z[:k], z[k:]
+    return saddle_solve_schur(M, A, A, f, c)
 
 
 @eqx.filter_jit
@@ -189,17 +184,32 @@ class AbstractNonholonomicSystem(AbstractSystem):
         d = self.group.dim
         return jnp.zeros((d,), v.dtype), jnp.zeros((self.shape_dim,), v.dtype)
 
+    # --- structure, read from the jaxprs (geomjax._dependence) --------------------------------
+    def lagrangian_dependence(self, g, x, v) -> tuple[bool, bool]:
+        """``(depends on g, depends on x)`` for the Lagrangian, decided structurally at trace time
+        (``False`` is exact).  A G-invariant Lagrangian (sleigh, rolling ball) skips every
+        configuration derivative: they are exact zeros."""
+        return method_depends_on(self, "lagrangian", g, x, v)[:2]
+
+    def constraint_dependence(self, g, x, v, t) -> bool:
+        """Whether the constraint depends on the configuration or on time (``False``: a constraint
+        ``C(v)`` on the velocities alone, e.g. the sleigh's blade, identical at both nodes)."""
+        dg, dx, _, dt = method_depends_on(self, "constraint", g, x, v, t)
+        return dg or dx or dt
+
     def momentum(self, g, x, v) -> jax.Array:
         """``p = ∂L/∂v`` ``(d + n,)``: body momentum ``∂L/∂xi`` then shape momenta."""
         return jax.grad(self.lagrangian, argnums=2)(g, x, v)
 
     def mass_matrix(self, g, x, v) -> jax.Array:
         """``M = ∂²L/∂v²`` ``(d + n, d + n)`` (SPD for a mechanical Lagrangian)."""
-        return jax.jacfwd(self.momentum, argnums=2)(g, x, v)
+        return forward_jacobian(lambda v: self.momentum(g, x, v), v)
 
     def configuration_force(self, g, x, v) -> jax.Array:
         """``(D_g L, ∂L/∂x)`` ``(d + n,)``: left-trivialized derivative of L in the configuration."""
         e, dx = self._zeros_q(v)
+        if not any(self.lagrangian_dependence(g, x, v)):
+            return jnp.zeros((self.n_velocities,), v.dtype)
         dg, ddx = jax.grad(lambda e, dx: self.lagrangian(*self._shift(g, x, e, dx), v), (0, 1))(
             e, dx
         )
@@ -208,7 +218,7 @@ class AbstractNonholonomicSystem(AbstractSystem):
     def constraint_matrix(self, g, x, t=0.0) -> jax.Array:
         """``A(q) = ∂C/∂v`` ``(m, d + n)``."""
         v0 = jnp.zeros((self.n_velocities,), jnp.result_type(x, g))
-        return jax.jacfwd(self.constraint, argnums=2)(g, x, v0, t)
+        return forward_jacobian(lambda v: self.constraint(g, x, v, t), v0)
 
     def constraint_rhs(self, g, x, t=0.0) -> jax.Array:
         """``b(q, t) = −C(q, 0, t)`` ``(m,)`` (zero for linear constraints)."""
@@ -237,17 +247,21 @@ class AbstractNonholonomicSystem(AbstractSystem):
         d = G.dim
         p = self.momentum(g, x, v)
         M = self.mass_matrix(g, x, v)
-        dp_q = self.configuration_velocity_derivative(
-            lambda g_, x_, t_: self.momentum(g_, x_, v), g, x, v, t
-        )
-        f = self.configuration_force(g, x, v) - dp_q
+        f = self.configuration_force(g, x, v)
+        if any(method_depends_on(self, "momentum", g, x, v)[:2]):
+            f = f - self.configuration_velocity_derivative(
+                lambda g_, x_, t_: self.momentum(g_, x_, v), g, x, v, t
+            )
         f = f.at[:d].add(G.coad(v[:d], p[:d]))
         if u is not None:
             f = f + u
         A = self.constraint_matrix(g, x, t)
-        dc = self.configuration_velocity_derivative(
-            lambda g_, x_, t_: self.constraint(g_, x_, v, t_), g, x, v, t
-        )
+        if self.constraint_dependence(g, x, v, t):
+            dc = self.configuration_velocity_derivative(
+                lambda g_, x_, t_: self.constraint(g_, x_, v, t_), g, x, v, t
+            )
+        else:  # C(v) alone: no configuration or time derivative
+            dc = jnp.zeros((self.n_constraints,), v.dtype)
         return saddle_solve(M, A, f, -dc)
 
     def multipliers(self, t, g, x, v, u=None) -> jax.Array:
