@@ -434,44 +434,23 @@ def speed(fast):
     1 and 1024 (sleigh: m 1.3, I_c 0.4, a 0.25; ball on a turntable: m 1, a 0.5, table rate 0.8;
     dt 1e-3, 2000 steps); first call (compile + run) of a jitted and of an eager ``simulate``."""
     rows, first = [], {}
+    methods = {
+        "NonholonomicVI": gj.NonholonomicVI(),
+        "NonholonomicVI(newton_iters=2)": gj.NonholonomicVI(newton_iters=2),
+    }
+    ref_label = "reduced RK4 (bare scan)"
     for name, system, s0, dt, steps, ref, y0 in _speed_cases(fast):
 
-        def vi(s, system=system, dt=dt, steps=steps):
-            return gj.simulate(
-                system, gj.NonholonomicVI(), s, dt, steps, save_every=steps, check_inputs=False
-            ).final_state.v
+        def make(method, system=system, dt=dt, steps=steps):
+            def vi(s):
+                return gj.simulate(
+                    system, method, s, dt, steps, save_every=steps, check_inputs=False
+                ).final_state.v
 
-        for B in (1, 64) if fast else (1, 1024):
-            fn_vi, fn_ref, st, y = vi, ref, s0, y0
-            if B > 1:
-                fn_vi, fn_ref = jax.vmap(vi), jax.vmap(ref)
-                st = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (B, *x.shape)), s0)
-                y = jnp.broadcast_to(y0, (B, *y0.shape))
-            out = {}
-            # interleaved passes, best of each (unpinned CPU timings are bimodal)
-            for _ in range(2):
-                for label, fn, arg in (
-                    ("NonholonomicVI", fn_vi, st),
-                    ("reduced RK4 (bare scan)", fn_ref, y),
-                ):
-                    c, r = time_jitted(
-                        fn, arg, repeats=3 if fast else 7, min_time=0.2 if fast else 1.0
-                    )
-                    c0, r0 = out.get(label, (c, r))
-                    out[label] = (c0, min(r, r0))
-            for label, (c, r) in out.items():
-                rows.append(
-                    {
-                        "system": name,
-                        "batch": B,
-                        "method": label,
-                        "compile_s": c,
-                        "ns_per_body_step": r / steps / B * 1e9,
-                    }
-                )
-            rows[-2]["ratio_to_rk4"] = out["NonholonomicVI"][1] / out["reduced RK4 (bare scan)"][1]
-        # first calls: a fresh system object each time would hit the same compilation cache, so
-        # these are the costs a user sees once per process and system structure
+            return vi
+
+        # first calls, before anything else compiles this structure: the costs a user sees
+        # once per process and system structure (later calls hit the compilation caches)
         t0 = time.perf_counter()
         jax.block_until_ready(
             jax.jit(
@@ -485,6 +464,39 @@ def speed(fast):
             t0 = time.perf_counter()
             jax.block_until_ready(gj.simulate(system, gj.NonholonomicVI(), s0, dt, steps))
             first[f"{name}: eager call {i + 1} s"] = time.perf_counter() - t0
+        residual = {
+            k: float(gj.simulate(system, m, s0, dt, steps).max_residual) for k, m in methods.items()
+        }
+        for B in (1, 64) if fast else (1, 1024):
+            fns = {k: make(m) for k, m in methods.items()}
+            fns[ref_label] = ref
+            st, y = s0, y0
+            if B > 1:
+                fns = {k: jax.vmap(f) for k, f in fns.items()}
+                st = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (B, *x.shape)), s0)
+                y = jnp.broadcast_to(y0, (B, *y0.shape))
+            out = {}
+            # interleaved passes, best of each (unpinned CPU timings are bimodal)
+            for _ in range(2):
+                for label, fn in fns.items():
+                    arg = y if label == ref_label else st
+                    c, r = time_jitted(
+                        fn, arg, repeats=3 if fast else 7, min_time=0.2 if fast else 1.0
+                    )
+                    c0, r0 = out.get(label, (c, r))
+                    out[label] = (c0, min(r, r0))
+            for label, (c, r) in out.items():
+                rows.append(
+                    {
+                        "system": name,
+                        "batch": B,
+                        "method": label,
+                        "compile_s": c,
+                        "ns_per_body_step": r / steps / B * 1e9,
+                        "ratio_to_rk4": r / out[ref_label][1] if label != ref_label else None,
+                        "max_residual": residual.get(label),
+                    }
+                )
     return rows, first
 
 
@@ -527,7 +539,15 @@ def main():
         rows, first = speed(fast)
         print_table(
             rows,
-            ["system", "batch", "method", "compile_s", "ns_per_body_step", "ratio_to_rk4"],
+            [
+                "system",
+                "batch",
+                "method",
+                "compile_s",
+                "ns_per_body_step",
+                "ratio_to_rk4",
+                "max_residual",
+            ],
             title="(d) speed: NonholonomicVI vs reduced RK4 in a bare lax.scan (float64)",
         )
         print("first calls (compile + run):", {k: round(v, 2) for k, v in first.items()})

@@ -387,8 +387,9 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
     ct_states = _zeros_if_none(ct_sol.states, sol.states)
     ct_ts = jnp.zeros_like(sol.ts) if ct_sol.ts is None else ct_sol.ts
 
-    def to_carry(s):
-        return method.init(system, s)
+    def to_carry(s, t=0.0):
+        # t: the seed of methods that carry a predictor (NonholonomicVI's acceleration)
+        return method.init(system, s, t)
 
     # cotangents of the saved (finalized) states, pulled back to the internal carry layout
     def ct_to_carry(s, ct):
@@ -480,7 +481,7 @@ def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
         ct_x, ct_t, ct_p, ct_dt, worst = c
         s_end, s_start, ct_end, t_end, ct_t_end, us = xs
         # the saved state at the end of the block: its output cotangent, and the anchor
-        x = to_carry(s_end)
+        x = to_carry(s_end, t_end)
         ct_x = jax.tree_util.tree_map(jnp.add, ct_x, to_ct(ct_to_carry(s_end, ct_end)))
         ct_t = ct_t + ct_t_end
         (x, _, ct_x, ct_t, ct_p, ct_dt), ct_us = jax.lax.scan(
@@ -559,7 +560,11 @@ def reconstruction_error(system, method, state0, dt, steps: int, controls=None, 
         else jax.tree_util.tree_map(lambda u: jnp.asarray(u, dtype), controls)
     )
     (x, _), _ = jax.lax.scan(
-        back, (method.init(system, sol.final_state), sol.ts[-1]), us, length=steps, reverse=True
+        back,
+        (method.init(system, sol.final_state, sol.ts[-1]), sol.ts[-1]),
+        us,
+        length=steps,
+        reverse=True,
     )
     rec = method.finalize(system, x)
     return _max_abs_diff(rec, state0), rec
