@@ -298,6 +298,7 @@ def throughput(fast):
 
             top = gj.RigidBody(moments, HeavyTop(1.0, 9.81, [0.0, 0.1, 0.4]))
             generic = gj.EulerPoincareSystem(gj.SO3, jnp.diag(moments))
+            rb_full = gj.RigidBody(jnp.diag(moments))
             u = jnp.asarray(0.1 * rng.standard_normal((steps, 3)), dtype)
 
             def variant(system, controls=None):
@@ -323,6 +324,8 @@ def throughput(fast):
                 "geomjax LGVI + potential": (variant(top), (R, Pi)),
                 "geomjax LGVI + controls": (variant(rb, u), (R, Pi)),
                 "geomjax LGVI generic-group path": (variant(generic), (R, Pi)),
+                # the same free body with a (3, 3) inertia: isolates the cost of the full matrix
+                "geomjax LGVI free body, (3, 3) inertia": (variant(rb_full), (R, Pi)),
                 **(
                     {  # equal work to the kernel (float32 LGVI reorthonormalizes by default)
                         "geomjax LGVI (reorthonormalize=False)": (
