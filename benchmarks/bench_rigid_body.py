@@ -2,7 +2,8 @@
 
     python benchmarks/bench_rigid_body.py [--fast] [--throughput]   (or: geomjax bench rigid-body)
 
-``--throughput`` runs only (b) and writes ``rigid_body_throughput.json``.
+``--throughput`` runs only (b), at batch 1 and 1024 with three interleaved passes, and writes
+``rigid_body_throughput.json``.
 
 (a) accuracy: energy and spatial-momentum error vs step size, and over a long horizon (plot);
 (b) throughput in body-steps/s for batch 1, 1024, 8192 in float64 and float32: LGVI, the explicit
@@ -260,8 +261,8 @@ def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3
 # throughput
 
 
-def throughput(fast):
-    batches = (1, 1024) if fast else (1, 1024, 8192)
+def throughput(fast, batches=None, passes=2):
+    batches = batches or ((1, 1024) if fast else (1, 1024, 8192))
     steps = 200 if fast else 2000
     dt = 0.01
     rows = []
@@ -352,11 +353,11 @@ def throughput(fast):
                     return jax.vmap(solve)(y)
 
                 impls["diffrax Tsit5"] = (tsit5, (y0,))
-            # Two interleaved passes, best run time of the two (compile time from the first):
-            # unpinned CPU timings are bimodal (XLA thread scheduling), and a whole pass of one
+            # Interleaved passes, best run time (compile time from the first): unpinned CPU
+            # timings are bimodal (XLA thread scheduling), and a whole pass of one
             # implementation can land in the slow mode.
             results = {}
-            for _ in range(2):
+            for _ in range(passes):
                 for name, (fn, args) in impls.items():
                     c, r = time_jitted(
                         fn, *args, repeats=5 if fast else 9, min_time=0.3 if fast else 1.0
@@ -509,9 +510,9 @@ def plot(vs_dt, horizon, path):
 def main():
     fast = fast_mode()
     t0 = time.perf_counter()
-    if "--throughput" in sys.argv[1:]:  # only (b), e.g. to re-measure issue 9 §4 quickly
+    if "--throughput" in sys.argv[1:]:  # only (b) at batch 1 and 1024, 3 passes (issue 9 §4)
         agree = kernel_agreement()
-        thr = throughput(fast)
+        thr = throughput(fast, batches=(1, 1024), passes=3)
         print_table(thr, THROUGHPUT_COLUMNS, title=THROUGHPUT_TITLE)
         write_json(
             "rigid_body_throughput",
