@@ -1,16 +1,17 @@
 """``simulate`` scans control arrays in chunks of a few steps (issue 9 §4, a CPU speed fix): the
 trajectory must be that of independent single steps (``method.step``) with the same controls."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 import geomjax as gj
 
 
-def _stepwise(system, method, s, dt, n, controls=None):
+def _stepwise(system, method, s, dt, n, controls):
+    one = jax.jit(lambda s, u, t: method.step(system, s, dt, u, t)[0])  # one compilation
     for k in range(n):
-        u = None if controls is None else controls[k]
-        s = method.step(system, s, dt, u, k * dt)[0]
+        s = one(s, controls[k], k * dt)
     return s
 
 
