@@ -1,11 +1,17 @@
 """Rigid body: geomjax LGVI vs RKMK4, diffrax (Tsit5, Dopri5, Dopri8, fixed step) and SciPy.
 
-    python benchmarks/bench_rigid_body.py [--fast]        (or: geomjax bench rigid-body)
+    python benchmarks/bench_rigid_body.py [--fast] [--throughput]   (or: geomjax bench rigid-body)
+
+``--throughput`` runs only (b), at batch 1 and 1024 with three interleaved passes, and writes
+``rigid_body_throughput.json``.
 
 (a) accuracy: energy and spatial-momentum error vs step size, and over a long horizon (plot);
 (b) throughput in body-steps/s for batch 1, 1024, 8192 in float64 and float32: LGVI, the explicit
     splitting, RKMK4, diffrax Tsit5 and a bare ``lax.scan`` RK4 on the same equations (table of
-    ratios to diffrax Tsit5);
+    ratios to diffrax Tsit5); and the LGVI variants (free body, + potential, + controls, the
+    generic-group path) against a hand-written batch-last Cayley LGVI kernel
+    (:func:`lgvi_kernel_batch_last`, the same arithmetic, checked to agree to round-off) and
+    against the free-body path (issue 9 §4);
 (c) cost of a gradient relative to the forward pass, and compiled peak memory of a long-horizon
     gradient with and without checkpointing.
 Compile time is always reported separately from run time.  Same equations, same machine, one run.
@@ -13,6 +19,7 @@ Compile time is always reported separately from run time.  Same equations, same 
 
 from __future__ import annotations
 
+import sys
 import time
 
 import jax
@@ -37,6 +44,7 @@ except ImportError:
 MOMENTS = np.array([1.0, 2.0, 3.0])
 PI0 = np.array([0.8, -0.3, 1.1])
 R0 = np.asarray(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])))
+KERNEL = "batch-last LGVI kernel (reference)"
 
 
 # ------------------------------------------------------------------------------------------
@@ -176,11 +184,85 @@ def accuracy(fast):
 
 
 # ------------------------------------------------------------------------------------------
+# reference: a hand-written batch-last Cayley LGVI for the free rigid body (issue 9 §4)
+
+
+def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3):
+    """``steps`` Cayley-LGVI steps of free rigid bodies, arrays laid out batch-last.
+
+    ``R`` ``(9, B)`` (row-major entries), ``Pi`` ``(3, B)``, ``moments`` 3 principal moments.
+    Per step: ``b = Pi``; the explicit second-order predictor ``x = I^{-1}(b − h/2 (I^{-1} b) × b)``;
+    ``newton_iters`` Newton steps on ``I x + h/2 x × I x + h²/4 (x·I x) x = b`` with the 3×3
+    Jacobian solved by Cramer's rule; ``F = cay(h x)``, ``R1 = R F``, ``Pi1 = F^T b``.  A bare
+    ``lax.scan`` with no residual, no saving and no checks: the floor for ``geomjax.LGVI``.  The
+    Newton iterations run in a ``fori_loop`` (unrolled they are ~2× slower on the CPU: XLA
+    duplicates the iterates into every consumer fusion)."""
+    I0, I1, I2 = (jnp.asarray(m, Pi.dtype) for m in moments)
+    h = jnp.asarray(dt, Pi.dtype)
+    hh, q = 0.5 * h, 0.25 * h * h
+
+    def cross(a, b):
+        return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+    def newton(x, b):
+        x0, x1, x2 = x
+        y = (I0 * x0, I1 * x1, I2 * x2)
+        c, d = cross(x, y), x0 * y[0] + x1 * y[1] + x2 * y[2]
+        r = [y[i] + hh * c[i] + q * d * x[i] - b[i] for i in range(3)]
+        # J = diag(I) + h/2 (hat(x) diag(I) − hat(I x)) + h²/4 (2 x (I x)^T + (x·I x) 1)
+        a00, a11, a22 = (
+            I0 + q * (2 * x0 * y[0] + d),
+            I1 + q * (2 * x1 * y[1] + d),
+            I2 + q * (2 * x2 * y[2] + d),
+        )
+        a01, a02 = (
+            hh * (y[2] - x2 * I1) + 2 * q * x0 * y[1],
+            hh * (x1 * I2 - y[1]) + 2 * q * x0 * y[2],
+        )
+        a10, a12 = (
+            hh * (x2 * I0 - y[2]) + 2 * q * x1 * y[0],
+            hh * (y[0] - x0 * I2) + 2 * q * x1 * y[2],
+        )
+        a20, a21 = (
+            hh * (y[1] - x1 * I0) + 2 * q * x2 * y[0],
+            hh * (x0 * I1 - y[0]) + 2 * q * x2 * y[1],
+        )
+        c00, c01, c02 = a11 * a22 - a12 * a21, a02 * a21 - a01 * a22, a01 * a12 - a02 * a11
+        c10, c11, c12 = a12 * a20 - a10 * a22, a00 * a22 - a02 * a20, a02 * a10 - a00 * a12
+        c20, c21, c22 = a10 * a21 - a11 * a20, a01 * a20 - a00 * a21, a00 * a11 - a01 * a10
+        inv = 1.0 / (a00 * c00 + a01 * c10 + a02 * c20)
+        return (
+            x0 - (c00 * r[0] + c01 * r[1] + c02 * r[2]) * inv,
+            x1 - (c10 * r[0] + c11 * r[1] + c12 * r[2]) * inv,
+            x2 - (c20 * r[0] + c21 * r[1] + c22 * r[2]) * inv,
+        )
+
+    def step(carry, _):
+        R, Pi = carry
+        b = (Pi[0], Pi[1], Pi[2])
+        c = cross((b[0] / I0, b[1] / I1, b[2] / I2), b)
+        x = ((b[0] - hh * c[0]) / I0, (b[1] - hh * c[1]) / I1, (b[2] - hh * c[2]) / I2)
+        w = [h * xi for xi in jax.lax.fori_loop(0, newton_iters, lambda _, x: newton(x, b), x)]
+        n2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2]
+        k = 4.0 / (4.0 + n2)
+        F = (1.0 + 0.5 * k * (w[0] * w[0] - n2), k * (-w[2] + 0.5 * w[0] * w[1]), k * (w[1] + 0.5 * w[0] * w[2]),
+             k * (w[2] + 0.5 * w[1] * w[0]), 1.0 + 0.5 * k * (w[1] * w[1] - n2), k * (-w[0] + 0.5 * w[1] * w[2]),
+             k * (-w[1] + 0.5 * w[2] * w[0]), k * (w[0] + 0.5 * w[2] * w[1]), 1.0 + 0.5 * k * (w[2] * w[2] - n2))  # fmt: skip
+        R1 = [
+            sum(R[3 * i + m] * F[3 * m + j] for m in range(3)) for i in range(3) for j in range(3)
+        ]
+        Pi1 = [F[j] * b[0] + F[3 + j] * b[1] + F[6 + j] * b[2] for j in range(3)]
+        return (jnp.stack(R1), jnp.stack(Pi1)), None
+
+    return jax.lax.scan(step, (R, Pi), None, length=steps)[0]
+
+
+# ------------------------------------------------------------------------------------------
 # throughput
 
 
-def throughput(fast):
-    batches = (1, 1024) if fast else (1, 1024, 8192)
+def throughput(fast, batches=None, passes=2):
+    batches = batches or ((1, 1024) if fast else (1, 1024, 8192))
     steps = 200 if fast else 2000
     dt = 0.01
     rows = []
@@ -217,6 +299,7 @@ def throughput(fast):
 
             top = gj.RigidBody(moments, HeavyTop(1.0, 9.81, [0.0, 0.1, 0.4]))
             generic = gj.EulerPoincareSystem(gj.SO3, jnp.diag(moments))
+            rb_full = gj.RigidBody(jnp.diag(moments))
             u = jnp.asarray(0.1 * rng.standard_normal((steps, 3)), dtype)
 
             def variant(system, controls=None):
@@ -231,11 +314,29 @@ def throughput(fast):
 
                 return f
 
+            Rl, Pil = jnp.asarray(R.reshape(B, 9).T), jnp.asarray(Pi.T)  # batch-last copies
+
+            def kernel(Rl, Pil):
+                return lgvi_kernel_batch_last(Rl, Pil, MOMENTS, dt, steps)
+
             impls = {
+                KERNEL: (kernel, (Rl, Pil)),
                 "geomjax LGVI": (geomjax_fn(gj.LGVI()), (R, Pi)),
                 "geomjax LGVI + potential": (variant(top), (R, Pi)),
                 "geomjax LGVI + controls": (variant(rb, u), (R, Pi)),
                 "geomjax LGVI generic-group path": (variant(generic), (R, Pi)),
+                # the same free body with a (3, 3) inertia: isolates the cost of the full matrix
+                "geomjax LGVI free body, (3, 3) inertia": (variant(rb_full), (R, Pi)),
+                **(
+                    {  # equal work to the kernel (float32 LGVI reorthonormalizes by default)
+                        "geomjax LGVI (reorthonormalize=False)": (
+                            geomjax_fn(gj.LGVI(reorthonormalize=False)),
+                            (R, Pi),
+                        ),
+                    }
+                    if dtype == jnp.float32
+                    else {}
+                ),
                 "geomjax splitting": (geomjax_fn(gj.RigidBodySplitting()), (R, Pi)),
                 "geomjax RKMK4": (geomjax_fn(gj.RKMK4()), (R, Pi)),
                 "lax.scan RK4 (bare)": (rk4_scan, (y0,)),
@@ -252,11 +353,11 @@ def throughput(fast):
                     return jax.vmap(solve)(y)
 
                 impls["diffrax Tsit5"] = (tsit5, (y0,))
-            # Two interleaved passes, best run time of the two (compile time from the first):
-            # unpinned CPU timings are bimodal (XLA thread scheduling), and a whole pass of one
+            # Interleaved passes, best run time (compile time from the first): unpinned CPU
+            # timings are bimodal (XLA thread scheduling), and a whole pass of one
             # implementation can land in the slow mode.
             results = {}
-            for _ in range(2):
+            for _ in range(passes):
                 for name, (fn, args) in impls.items():
                     c, r = time_jitted(
                         fn, *args, repeats=5 if fast else 9, min_time=0.3 if fast else 1.0
@@ -264,7 +365,9 @@ def throughput(fast):
                     c0, r0 = results.get(name, (c, r))
                     results[name] = (c0, min(r0, r))
             base = results.get("diffrax Tsit5", results["lax.scan RK4 (bare)"])[1]
+            r_kernel, r_free = results[KERNEL][1], results["geomjax LGVI"][1]
             for name, (c, r) in results.items():
+                lgvi = name == KERNEL or name.startswith("geomjax LGVI")
                 rows.append(
                     {
                         "dtype": jnp.dtype(dtype).name,
@@ -274,9 +377,50 @@ def throughput(fast):
                         "run_ms": r * 1e3,
                         "body_steps_per_s": B * steps / r,
                         "speedup_vs_tsit5": base / r,
+                        # throughput ratios (>1: faster than the reference), issue 9 §4
+                        "vs_kernel": r_kernel / r if lgvi else None,
+                        "vs_free_body": r_free / r if lgvi else None,
                     }
                 )
     return rows
+
+
+THROUGHPUT_COLUMNS = [
+    "dtype",
+    "batch",
+    "method",
+    "compile_s",
+    "run_ms",
+    "body_steps_per_s",
+    "speedup_vs_tsit5",
+    "vs_kernel",
+    "vs_free_body",
+]
+THROUGHPUT_TITLE = (
+    "(b) throughput (vmap over the batch, dt = 0.01; vs_*: throughput ratios, >1 faster)"
+)
+
+
+def kernel_agreement(steps=200, dt=0.01, B=8):
+    """Max deviation of :func:`lgvi_kernel_batch_last` from ``geomjax.simulate(RigidBody, LGVI())``
+    (float64, both ``R`` and ``Pi``): the kernel does the same arithmetic, so this is round-off."""
+    rng = np.random.default_rng(1)
+    Pi = jnp.asarray(rng.standard_normal((B, 3)))
+    R = jnp.broadcast_to(jnp.asarray(R0), (B, 3, 3))
+    rb = gj.RigidBody(jnp.asarray(MOMENTS))
+
+    def sim(r, p):
+        return gj.simulate(rb, gj.LGVI(), gj.RigidBodyState(r, p), dt, steps).final_state
+
+    ref = jax.vmap(sim)(R, Pi)
+    Rk, Pk = lgvi_kernel_batch_last(R.reshape(B, 9).T, Pi.T, MOMENTS, dt, steps)
+    return {
+        "steps": steps,
+        "dt": dt,
+        "batch": B,
+        "max_abs_dR": float(jnp.max(jnp.abs(Rk.T.reshape(B, 3, 3) - ref.R))),
+        "max_abs_dPi": float(jnp.max(jnp.abs(Pk.T - ref.Pi))),
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -366,6 +510,15 @@ def plot(vs_dt, horizon, path):
 def main():
     fast = fast_mode()
     t0 = time.perf_counter()
+    if "--throughput" in sys.argv[1:]:  # only (b) at batch 1 and 1024, 3 passes (issue 9 §4)
+        agree = kernel_agreement()
+        thr = throughput(fast, batches=(1, 1024), passes=3)
+        print_table(thr, THROUGHPUT_COLUMNS, title=THROUGHPUT_TITLE)
+        write_json(
+            "rigid_body_throughput",
+            {"fast": fast, "throughput": thr, "kernel_agreement": agree, "machine": machine_info()},
+        )
+        return
     vs_dt, horizon = accuracy(fast)
     print_table(
         vs_dt,
@@ -388,12 +541,10 @@ def main():
         ["method", "t_end", "energy_err_end", "max_energy_err", "momentum_err_end", "defect_end"],
         title="(a') long horizon, dt = 0.1",
     )
+    agree = kernel_agreement()
+    print(f"\nbatch-last kernel vs geomjax LGVI (float64, {agree['steps']} steps): {agree}")
     thr = throughput(fast)
-    print_table(
-        thr,
-        ["dtype", "batch", "method", "compile_s", "run_ms", "body_steps_per_s", "speedup_vs_tsit5"],
-        title="(b) throughput (vmap over the batch, same dt = 0.01)",
-    )
+    print_table(thr, THROUGHPUT_COLUMNS, title=THROUGHPUT_TITLE)
     grads = gradient_cost(fast)
     print_table(
         grads,
@@ -419,6 +570,7 @@ def main():
             "accuracy_vs_dt": vs_dt,
             "long_horizon": final,
             "throughput": thr,
+            "kernel_agreement": agree,
             "gradients": grads,
             "wall_s": time.perf_counter() - t0,
             "machine": machine_info(),

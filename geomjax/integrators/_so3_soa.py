@@ -33,7 +33,10 @@ def split(c):
 
 def join(R, Pi):
     """Scalars → carry.  Stacking every output of a step into one array lets XLA fuse the whole
-    step into (nearly) one loop over the batch (measured ~1.3× faster than a tuple carry)."""
+    step into (nearly) one loop over the batch (measured ~1.3× faster than a tuple carry in an
+    earlier XLA; re-measured with jax 0.10.2, float64, batch 1024 under ``vmap``: 35.1 ns per
+    body-step either way, and equal to a batch-last kernel with ``(9, B)``/``(3, B)`` arrays, so
+    the strided ``(B, 12)`` layout costs nothing here)."""
     return jnp.stack((*R, *Pi))
 
 

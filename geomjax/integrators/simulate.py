@@ -421,11 +421,21 @@ def _integrate(system, method, state0, dt, t0, blocks, feedback, *, n_save, save
         )
         return (inner, t + dt, worst), None
 
+    chunk = _control_chunk(blocks, save_every)
+
+    def steps_of_chunk(carry, us):
+        return jax.lax.scan(one_step, carry, us, length=chunk)[0], None
+
     def block(carry, us):
         inner, t = carry
-        (inner, t, worst), _ = jax.lax.scan(
-            one_step, (inner, t, jnp.zeros((), dtype)), us, length=save_every
-        )
+        carry = (inner, t, jnp.zeros((), dtype))
+        if chunk > 1:  # controls: scan over small chunks of steps (see _control_chunk)
+            us = jax.tree_util.tree_map(
+                lambda u: jnp.reshape(u, (save_every // chunk, chunk, *u.shape[1:])), us
+            )
+            (inner, t, worst), _ = jax.lax.scan(steps_of_chunk, carry, us)
+        else:
+            (inner, t, worst), _ = jax.lax.scan(one_step, carry, us, length=save_every)
         return (inner, t), ((method.finalize(system, inner), t), {"residual": worst})
 
     if checkpoint:
@@ -437,6 +447,32 @@ def _integrate(system, method, state0, dt, t0, blocks, feedback, *, n_save, save
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), state0, states)
     ts = jnp.concatenate([t0[None], ts])
     return Solution(ts=ts, states=states, stats=stats)
+
+
+#: Largest per-chunk control slice (bytes) for :func:`_control_chunk`.
+_CHUNK_BYTES = 384
+
+
+def _control_chunk(blocks, save_every: int) -> int:
+    """Steps per inner chunk when a control array is scanned (1: no chunking).
+
+    Why: on the CPU backend every fused kernel of a step that reads the step's control through a
+    dynamic slice of a large array (the whole block, ``(save_every, dim)``) costs ~0.4 µs more
+    than one reading a small array (measured with XLA 0.10, batch 1: a free-body LGVI step goes
+    from 0.33 to 1.5 µs with controls).  Scanning the block in chunks of a few steps slices one
+    small ``(chunk, dim)`` array per chunk and leaves the per-step slices small (measured 0.37
+    µs/step for chunks of 4–16 steps, ≤ 384 bytes; 1.4 µs again from ~1 kB).  The steps and
+    their arithmetic are unchanged (bitwise the same results)."""
+    if blocks is None:
+        return 1
+    per_step = sum(
+        math.prod(jnp.shape(u)[2:]) * jnp.dtype(u.dtype).itemsize
+        for u in jax.tree_util.tree_leaves(blocks)
+    )
+    for c in range(16, 1, -1):
+        if save_every % c == 0 and c * per_step <= _CHUNK_BYTES:
+            return c
+    return 1
 
 
 def _traced(*trees) -> bool:
