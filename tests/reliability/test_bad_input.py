@@ -80,6 +80,7 @@ CASES = [
     ("LGVI newton_iters", lambda: gj.LGVI(newton_iters=0), ValueError, "'newton_iters'"),
     ("LGVI on_failure", lambda: gj.LGVI(on_failure="ignore"), ValueError, "'on_failure'"),
     ("NonholonomicVI projection_iters", lambda: gj.NonholonomicVI(projection_iters=0), ValueError, "'projection_iters'"),
+    ("NonholonomicVI jacobian", lambda: gj.NonholonomicVI(jacobian="reverse"), ValueError, "'jacobian'"),
     ("NonholonomicVI retraction", lambda: gj.NonholonomicVI(retraction="x"), ValueError, "'retraction'"),
     # --- simulate ---
     ("simulate method", _sim(method="LGVI"), ValueError, "'method'"),
