@@ -20,15 +20,23 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._linalg import small_solve
+from .._linalg import forward_jacobian, small_solve
 
 __all__ = ["dense_jac_solve", "newton_solve"]
 
 
-def dense_jac_solve(residual: Callable) -> Callable:
-    """Default ``jac_solve``: forward-mode Jacobian of ``residual`` and a dense linear solve."""
+def dense_jac_solve(residual: Callable, columns: bool = False) -> Callable:
+    """Default ``jac_solve``: forward-mode Jacobian of ``residual`` and a dense linear solve.
+
+    ``columns=True`` forms the Jacobian by one linearization and unrolled JVPs
+    (:func:`geomjax._linalg.forward_jacobian`) instead of ``jax.jacfwd``: the same numbers, and
+    on CPU faster for residuals built from small matrix products (the generic-group LGVI on
+    SE(3): 2.7 against 6.4 µs per unbatched step), slower for cheap scalar residuals (DEL on
+    the double pendulum: 1.6 against 1.1 µs), so each method chooses by measurement."""
 
     def jac_solve(x, args, r):
+        if columns:
+            return small_solve(forward_jacobian(lambda y: residual(y, args), x), r)
         return small_solve(jax.jacfwd(residual, argnums=0)(x, args), r)
 
     return jac_solve
