@@ -138,6 +138,11 @@ def main(argv=None):
             gj.Composition(gj.LGVI(newton_iters=2), "kahan_li6"),
             (0.2, 0.1, 0.05, 0.025),
         ),
+        "LGVI kahan_li8": (gj.Composition(gj.LGVI(), "kahan_li8"), (0.4, 0.2, 0.1, 0.05)),
+        "LGVI(newton_iters=2) kahan_li8": (
+            gj.Composition(gj.LGVI(newton_iters=2), "kahan_li8"),
+            (0.4, 0.2, 0.1, 0.05),
+        ),
         "splitting (2)": (gj.RigidBodySplitting(), (0.02, 0.01, 0.005)),
         "splitting suzuki4": (
             gj.Composition(gj.RigidBodySplitting(), "suzuki4"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._linalg import solve3_scalars
+from .._linalg import solve3_scalars, stack_scalars
 
 
 def to_carry(R, Pi):
@@ -32,12 +32,27 @@ def split(c):
 
 
 def join(R, Pi):
-    """Scalars → carry.  Stacking every output of a step into one array lets XLA fuse the whole
-    step into (nearly) one loop over the batch (measured ~1.3× faster than a tuple carry in an
-    earlier XLA; re-measured with jax 0.10.2, float64, batch 1024 under ``vmap``: 35.1 ns per
-    body-step either way, and equal to a batch-last kernel with ``(9, B)``/``(3, B)`` arrays, so
-    the strided ``(B, 12)`` layout costs nothing here)."""
-    return jnp.stack((*R, *Pi))
+    """Scalars → carry, as one vector written by a single fused kernel
+    (:func:`geomjax._linalg.stack_scalars`; ``jnp.stack`` would be one kernel per entry plus a
+    concatenate at batch 1).  Under ``jax.vmap`` every output of a step lands in one array, so
+    XLA fuses the step into (nearly) one loop over the batch."""
+    return stack_scalars((*R, *Pi))
+
+
+def as_vector3(x):
+    """3 scalars → a ``(3,)`` vector (a Newton iterate carried as one array: one kernel per
+    iteration for the update instead of one per component at batch 1)."""
+    return stack_scalars(x)
+
+
+def cayley_residual_vec(x, args):
+    """:func:`cayley_residual` on a ``(3,)`` iterate."""
+    return as_vector3(cayley_residual(as_tuple3(x), args))
+
+
+def cayley_jac_solve_vec(x, args, r):
+    """:func:`cayley_jac_solve` on ``(3,)`` arrays."""
+    return as_vector3(cayley_jac_solve(as_tuple3(x), args, as_tuple3(r)))
 
 
 def pack(carry):

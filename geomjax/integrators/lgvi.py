@@ -230,13 +230,16 @@ class LGVI(AbstractMethod):
             if f is not None:
                 b = tuple(b[i] + half * f[i] for i in range(3))
         x0 = soa.cayley_predictor(I, b, h)
+        # the iterate as one (3,) array: one fused update per Newton iteration (at batch 1 a
+        # tuple of scalars costs a kernel per component; _linalg.stack_scalars)
         x, r = newton_solve(
-            soa.cayley_residual,
-            x0,
+            soa.cayley_residual_vec,
+            soa.as_vector3(x0),
             (I, b, h),
             iters=self.newton_iters,
-            jac_solve=soa.cayley_jac_solve,
+            jac_solve=soa.cayley_jac_solve_vec,
         )
+        x, r = soa.as_tuple3(x), soa.as_tuple3(r)
         F = soa.cay_matrix(tuple(h * xi for xi in x))
         if needs_reorthonormalization(self.reorthonormalize, dtype):
             # Björck on the incoming R (a loop input, materialized) rather than on R F: equal to

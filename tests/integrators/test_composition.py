@@ -1,4 +1,4 @@
-"""Composition of symmetric methods (order 4 and 6) on SO(3): fitted orders against SciPy DOP853
+"""Composition of symmetric methods (order 4, 6 and 8) on SO(3): fitted orders against SciPy DOP853
 at rtol = atol = 1e-13 (free body, heavy top, piecewise-constant controls), structure kept
 (spatial momentum and Casimir to round-off, group defect ~1e-15), the two stage loops agree, and
 bad inputs raise.  The nonholonomic cases (sleigh, ball on an accelerating turntable) are in
@@ -36,6 +36,8 @@ def test_scheme_coefficients_satisfy_order_conditions(name):
     assert abs(np.sum(g**3)) < 1e-13
     if order >= 6:
         assert abs(np.sum(g**5)) < 1e-12
+    if order >= 8:
+        assert abs(np.sum(g**7)) < 1e-12
     m = gj.Composition(gj.LGVI(), name)
     assert m.order == order and m.stages == len(g)
 
@@ -47,6 +49,7 @@ def test_scheme_coefficients_satisfy_order_conditions(name):
 ORDER_CASES = {
     "free-LGVI-suzuki4": (RB, gj.LGVI(), "suzuki4", (0.2, 0.1, 0.05)),
     "free-LGVI-kahan_li6": (RB, gj.LGVI(), "kahan_li6", (0.2, 0.1, 0.05)),
+    "free-LGVI-kahan_li8": (RB, gj.LGVI(), "kahan_li8", (0.4, 0.2, 0.1)),
     "free-splitting-yoshida4": (RB, gj.RigidBodySplitting(), "yoshida4", (0.1, 0.05, 0.025)),
     "top-LGVI-suzuki4": (TOP, gj.LGVI(), "suzuki4", (0.05, 0.025, 0.0125)),
 }
