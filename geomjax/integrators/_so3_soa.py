@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._linalg import solve3_scalars, stack_scalars
+from .._linalg import select_stack, solve3_scalars, stack_scalars
 
 
 def to_carry(R, Pi):
@@ -41,8 +41,9 @@ def join(R, Pi):
 
 def as_vector3(x):
     """3 scalars → a ``(3,)`` vector (a Newton iterate carried as one array: one kernel per
-    iteration for the update instead of one per component at batch 1)."""
-    return stack_scalars(x)
+    iteration for the update instead of one per component at batch 1; a select chain, which
+    the implicit-function-theorem tangents can go through)."""
+    return select_stack(x)
 
 
 def cayley_residual_vec(x, args):

@@ -84,6 +84,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._linalg import plain_stacks
 from .base import AbstractMethod
 
 __all__ = ["ReversibleAdjoint", "reconstruction_error"]
@@ -379,6 +380,15 @@ def _max_abs_diff(a, b):
 
 @_reversible.def_bwd
 def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
+    # plain stacks in the backward pass (geomjax._linalg.plain_stacks: the reconstructed state
+    # feeds the VJP in the same iteration, where a select chain would be duplicated)
+    with plain_stacks():
+        return _bwd_traced(
+            sol, ct_sol, perturbed, args, simulate, steps=steps, save_every=save_every, tol=tol
+        )
+
+
+def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
     state0, system, method, dt, _, controls = args
     params, static = _split(args, perturbed)
     step = _step_fn(static)
