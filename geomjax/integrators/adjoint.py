@@ -43,12 +43,16 @@ free body, dt 0.01, float64 unless said):
 
 * memory: XLA temp memory of the gradient constant in the number of steps (4.4 KiB from 1e3 to
   1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
-* batch 1: 1.7–2.4 µs/step, 0.2–0.4× the bare-``lax.scan`` RK4 gradient of the same problem and
+* batch 1: 1.4–2.4 µs/step, 0.2–0.4× the bare-``lax.scan`` RK4 gradient of the same problem and
   0.2–0.4× plain reverse mode and 0.2–0.8× ``checkpoint=True``;
-* batch 1024: 3.8–5.3× the forward run for the gradient with respect to the states, 4.7–6.8×
-  with respect to the shared (unbatched) inertia too (float32: 4.9–6.3×; plain reverse mode
-  8–16×, float32 43–50×); the spread is the machine load across runs.  Before the two details
-  below, the same gradients took 9–12× and 22–31× (runs of both versions alternated).  What
+* batch 1024: 170 ns per body-step for the gradient with respect to the states and the shared
+  (unbatched) inertia, 5.4–5.5× the forward run (31 ns), plain reverse mode 255 ns (8.3×).
+  The SO(3) step's outputs are written by one fused select chain
+  (:func:`geomjax._linalg.stack_scalars`), which made the forward run 2.2× faster; the backward
+  pass traces plain stacks (:func:`geomjax._linalg.plain_stacks`: the chain would be duplicated
+  into every consumer of the reconstructed state there, 2× the backward pass) and went from
+  300 to 170 ns.  Before that: 3.8–5.3× (states) and 4.7–6.8× (with the inertia) a forward run
+  of 70 ns, float32 4.9–6.3×; before the two details below, 9–12× and 22–31×.  What
   remains is structural: the forward run, then per step a reverse step and a forward step that
   XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.
   Reaching ~3× needs a method that hands its linearization over from the reverse step (on the

@@ -231,7 +231,7 @@ class LGVI(AbstractMethod):
                 b = tuple(b[i] + half * f[i] for i in range(3))
         x0 = soa.cayley_predictor(I, b, h)
         # the iterate as one (3,) array: one fused update per Newton iteration (at batch 1 a
-        # tuple of scalars costs a kernel per component; _linalg.stack_scalars)
+        # tuple of scalars costs a kernel per component; _linalg.select_stack)
         x, r = newton_solve(
             soa.cayley_residual_vec,
             soa.as_vector3(x0),
