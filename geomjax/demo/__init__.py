@@ -60,3 +60,8 @@ def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -
 from . import control as _control  # noqa: E402
 
 SECTIONS["control"] = _control
+
+# higher order by composition and the reversible adjoint (issue 9)
+from . import higher_order as _higher_order  # noqa: E402
+
+SECTIONS["higher-order"] = _higher_order
