@@ -437,6 +437,7 @@ def speed(fast):
     methods = {
         "NonholonomicVI": gj.NonholonomicVI(),
         "NonholonomicVI(newton_iters=2)": gj.NonholonomicVI(newton_iters=2),
+        "NonholonomicVI(chord=True)": gj.NonholonomicVI(chord=True),
         "NonholonomicVI(jacobian='vectorized')": gj.NonholonomicVI(jacobian="vectorized"),
     }
     ref_label = "reduced RK4 (bare scan)"

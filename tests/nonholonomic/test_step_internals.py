@@ -179,3 +179,52 @@ def test_vectorized_and_column_jacobians_give_the_same_run():
     b = gj.simulate(BALL, gj.NonholonomicVI(jacobian="vectorized"), S_BALL, 0.01, 30).final_state
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-13)
+
+
+def test_chord_iterations_converge_at_small_steps_and_keep_the_gradients():
+    """``chord=True`` (the first Newton Jacobian kept for every iteration) gives Newton's run to
+    round-off while h|v| is small, reports the slower convergence where it is not (the tilting
+    disk at dt 0.1: the residual says so, as ``on_failure='raise'`` does), and gradients (implicit
+    function theorem at the solution) equal Newton's and central finite differences."""
+    chord = gj.NonholonomicVI(chord=True)
+    eps = np.finfo(np.float64).eps
+    for system, state in ((SLEIGH, S_SLEIGH), (BALL, S_BALL)):
+        a = gj.simulate(system, gj.NonholonomicVI(), state, 0.01, 40)
+        b = gj.simulate(system, chord, state, 0.01, 40)
+        assert float(b.max_residual) < 1e3 * eps
+        for x, y in zip(
+            jax.tree_util.tree_leaves(a.final_state),
+            jax.tree_util.tree_leaves(b.final_state),
+            strict=True,
+        ):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-13)
+    disk = RollingDisk()
+    s_disk = disk.state(theta=0.4, phi_dot=1.0, psi_dot=2.0)
+    assert float(gj.simulate(disk, gj.NonholonomicVI(), s_disk, 0.1, 20).max_residual) < 1e-5
+    res = float(gj.simulate(disk, chord, s_disk, 0.1, 20).max_residual)
+    assert res > 1e3 * eps  # not converged, and visible
+    with pytest.raises(Exception, match="did not converge"):
+        jax.block_until_ready(
+            gj.simulate(
+                disk, gj.NonholonomicVI(chord=True, on_failure="raise"), s_disk, 0.1, 20
+            ).final_state.v
+        )
+
+    w = jnp.arange(1.0, 10.0).reshape(3, 3) / 9.0
+
+    def loss(method):
+        def f(a):  # a scales the initial (constrained) velocity
+            s0 = eqx.tree_at(lambda s: s.v, S_SLEIGH, a * S_SLEIGH.v)
+            s = gj.simulate(SLEIGH, method, s0, 0.01, 30, save_every=30).final_state
+            return jnp.sum(w * s.g) + jnp.sum(s.v**2)
+
+        return f
+
+    a = jnp.asarray(1.0)
+    g_chord = float(jax.grad(loss(chord))(a))
+    g_newton = float(jax.grad(loss(gj.NonholonomicVI()))(a))
+    e = 1e-6
+    fd = float((loss(chord)(a + e) - loss(chord)(a - e)) / (2 * e))
+    assert abs(g_chord) > 1e-2
+    np.testing.assert_allclose(g_chord, g_newton, rtol=1e-11)
+    np.testing.assert_allclose(g_chord, fd, rtol=1e-7)

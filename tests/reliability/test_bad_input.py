@@ -81,6 +81,7 @@ CASES = [
     ("LGVI on_failure", lambda: gj.LGVI(on_failure="ignore"), ValueError, "'on_failure'"),
     ("NonholonomicVI projection_iters", lambda: gj.NonholonomicVI(projection_iters=0), ValueError, "'projection_iters'"),
     ("NonholonomicVI jacobian", lambda: gj.NonholonomicVI(jacobian="reverse"), ValueError, "'jacobian'"),
+    ("NonholonomicVI chord", lambda: gj.NonholonomicVI(chord="yes"), ValueError, "'chord'"),
     ("NonholonomicVI retraction", lambda: gj.NonholonomicVI(retraction="x"), ValueError, "'retraction'"),
     # --- simulate ---
     ("simulate method", _sim(method="LGVI"), ValueError, "'method'"),
