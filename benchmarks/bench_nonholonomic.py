@@ -439,6 +439,11 @@ def speed(fast):
         "NonholonomicVI(newton_iters=2)": gj.NonholonomicVI(newton_iters=2),
         "NonholonomicVI(chord=True)": gj.NonholonomicVI(chord=True),
         "NonholonomicVI(jacobian='vectorized')": gj.NonholonomicVI(jacobian="vectorized"),
+        # the array form (before the scalarized evaluation, geomjax._scalarize)
+        "NonholonomicVI(scalarize=False)": gj.NonholonomicVI(scalarize=False),
+        "NonholonomicVI(scalarize=False, chord=True)": gj.NonholonomicVI(
+            scalarize=False, chord=True
+        ),
     }
     ref_label = "reduced RK4 (bare scan)"
     for name, system, s0, dt, steps, ref, y0 in _speed_cases(fast):

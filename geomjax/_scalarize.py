@@ -1,0 +1,495 @@
+"""Scalarized ("structure of arrays") evaluation of small array programs.
+
+The per-step functions of mechanics work on arrays of a handful of entries (a 3×3 rotation, a
+5-vector of velocities, a 7×7 saddle system).  Written with ``jnp`` on such arrays, a step
+compiles on XLA:CPU into one kernel per slice, concatenate, reduction, transpose and tiny
+product: ~100–500 kernels per step, each a pass over memory (at batch 1024 the ``(B, 3, 3)``
+layouts also vectorize poorly).  The same arithmetic written on *scalars* is purely elementwise:
+XLA fuses it into a few kernels, and under ``jax.vmap`` every scalar becomes one contiguous
+``(B,)`` vector (the batch-last layout that hand-written kernels use).  :mod:`geomjax.integrators._so3_soa`
+does this by hand for the SO(3) LGVI; :func:`scalarize` does it for any function.
+
+:func:`scalarize` traces ``fun`` to a jaxpr (``jax.make_jaxpr``) and evaluates that jaxpr once
+more, entry by entry: every array value is held as a NumPy object array of JAX scalars, every
+primitive is applied to the scalars it reads (``dot_general`` and reductions become explicit
+sums of products; slices, reshapes, transposes, broadcasts and concatenations become NumPy
+bookkeeping at trace time and cost nothing at run time; gathers, scatters and pads with constant
+indices become the selections they are).  The outputs are joined by one fused kernel
+(:func:`geomjax._linalg.stack_scalars`).
+
+* The same primitives on the same numbers: results agree with ``fun`` to round-off (sums of
+  products may associate differently from XLA's ``dot``; products with the constant 0 or 1 and
+  sums with 0 — the unit tangents of forward-mode Jacobians — are folded at trace time, so
+  ``0 · inf`` gives 0 where ``fun`` gives NaN).
+* Every transformation applies to the result (it is ordinary JAX code): ``jit``, ``vmap``,
+  ``jvp``, ``grad``.  Derivatives are those of the same primitives.
+* Programs with primitives that have no scalar form here (loops, ``cond``, custom derivative
+  rules, sorting, data-dependent indexing, non-constant integer arithmetic on indices) are not
+  scalarized: :func:`scalarize` falls back to ``fun`` itself (checked at trace time), so it is
+  always safe to apply.
+* Meant for small arrays (the trace grows with the number of entries, and with the product of
+  the sizes for ``dot_general``): arrays above ``max_size`` entries also fall back.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Literal
+
+from ._linalg import stack_scalars
+
+__all__ = ["Scalarized", "Unsupported", "scalarize", "scalarized_jaxpr_eval"]
+
+
+class Unsupported(Exception):
+    """A primitive (or an array size) that :func:`scalarize` does not handle."""
+
+
+# elementwise primitives: applied scalar by scalar with the same parameters
+_ELEMENTWISE = frozenset(
+    """abs acos acosh add add_any and asin asinh atan atan2 atanh cbrt ceil clamp conj
+    convert_element_type copy copy_p cos cosh digamma div eq erf erf_inv erfc exp exp2 expm1 floor
+    ge gt imag integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg nextafter
+    not or pow real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square
+    stop_gradient sub tan tanh xor""".split()
+)
+_CALLS = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
+_REDUCERS = {
+    "reduce_sum": "add",
+    "reduce_max": "max",
+    "reduce_min": "min",
+    "reduce_prod": "mul",
+    "reduce_and": "and",
+    "reduce_or": "or",
+}
+_CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
+# data / index operands of indexing primitives (linear in their data operands)
+_INDEXING = {
+    "gather": ((0,), (1,)),
+    "dynamic_slice": ((0,), None),
+    "dynamic_update_slice": ((0, 1), None),
+    "scatter": ((0, 2), (1,)),
+    "scatter-add": ((0, 2), (1,)),
+}
+_NUMPY = {
+    "add": np.add,
+    "add_any": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "neg": np.negative,
+    "max": np.maximum,
+    "min": np.minimum,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "abs": np.abs,
+    "copy": lambda x: x,
+    "copy_p": lambda x: x,
+    "stop_gradient": lambda x: x,
+}
+
+
+def _is_const(x) -> bool:
+    return isinstance(x, np.generic)
+
+
+def _const(value, dtype):
+    return np.asarray(value, dtype=dtype)[()]
+
+
+def _as_jax(x):
+    return jnp.asarray(x, dtype=x.dtype) if _is_const(x) else x
+
+
+def _is_value(x, value) -> bool:
+    return _is_const(x) and not np.issubdtype(x.dtype, np.bool_) and x == value
+
+
+class _Evaluator:
+    def __init__(self, max_size):
+        self.max_size = max_size
+
+    # --- values -------------------------------------------------------------------------------
+    def split(self, x, aval=None):
+        """An object array of scalars from an array (concrete or traced)."""
+        shape = tuple(np.shape(x)) if aval is None else tuple(aval.shape)
+        size = math.prod(shape)
+        if size > self.max_size:
+            raise Unsupported(f"array of {size} entries (max_size {self.max_size})")
+        dtype = np.dtype(x.dtype if aval is None else aval.dtype)
+        if not isinstance(x, jax.core.Tracer):  # a constant: NumPy scalars, folded at trace time
+            arr = np.asarray(x, dtype=dtype)
+            out = np.empty(shape, object)
+            for idx in np.ndindex(shape):
+                out[idx] = arr[idx]
+            return out
+        out = np.empty(shape, object)
+        if size == 0:
+            return out
+        if shape == ():
+            out[()] = x
+            return out
+        parts = jax.lax.unstack(jnp.reshape(x, (size,)), axis=0)
+        for i, idx in enumerate(np.ndindex(shape)):
+            out[idx] = parts[i]
+        return out
+
+    def join(self, arr, aval):
+        shape, dtype = tuple(aval.shape), aval.dtype
+        flat = list(arr.reshape(-1)) if arr.size else []
+        if not flat:
+            return jnp.zeros(shape, dtype)
+        if all(_is_const(v) for v in flat):
+            return jnp.asarray(np.array(flat, dtype=dtype).reshape(shape))
+        if shape == ():
+            return jnp.asarray(_as_jax(flat[0]), dtype)
+        vals = [jnp.asarray(_as_jax(v), dtype) for v in flat]
+        return jnp.reshape(stack_scalars(vals), shape)
+
+    # --- scalar arithmetic with constant folding ----------------------------------------------
+    def apply(self, prim, params, xs, dtype):
+        name = prim.name
+        if all(_is_const(x) for x in xs):
+            if name in _NUMPY:
+                return _const(_NUMPY[name](*xs), dtype)
+            if name == "convert_element_type":
+                return _const(xs[0], dtype)
+            if name == "select_n":
+                return _const(xs[1 + int(xs[0])], dtype)
+            with jax.ensure_compile_time_eval():
+                out = prim.bind(*[jnp.asarray(x, dtype=x.dtype) for x in xs], **params)
+            return _const(np.asarray(out), dtype)
+        # folding the constants 0 and 1 (forward-mode Jacobians seed unit tangents)
+        if name == "mul":
+            a, b = xs
+            if _is_value(a, 0) or _is_value(b, 0):
+                return _const(0, dtype)
+            if _is_value(a, 1) and b.dtype == dtype:
+                return b
+            if _is_value(b, 1) and a.dtype == dtype:
+                return a
+        elif name in ("add", "add_any"):
+            a, b = xs
+            if _is_value(a, 0) and b.dtype == dtype:
+                return b
+            if _is_value(b, 0) and a.dtype == dtype:
+                return a
+        elif name == "sub":
+            a, b = xs
+            if _is_value(b, 0) and a.dtype == dtype:
+                return a
+            if _is_value(a, 0):
+                return self.apply(jax.lax.neg_p, None, [b], dtype)
+        elif name == "div":
+            if _is_value(xs[0], 0):
+                return _const(0, dtype)
+        elif name == "select_n":
+            pred, *cases = xs
+            if _is_const(pred):
+                return cases[int(pred)]
+            if all(c is cases[0] for c in cases):
+                return cases[0]
+        elif name == "convert_element_type":
+            if xs[0].dtype == dtype:
+                return xs[0]
+        elif name in ("copy", "copy_p"):
+            return xs[0]
+        if params is None:  # an operation of the scalarization itself (sums of products)
+            return _LAX[name](*[_as_jax(x) for x in xs])
+        return prim.bind(*[_as_jax(x) for x in xs], **params)
+
+    def fold(self, name, values, dtype):
+        prim = _PRIMS[name]
+        acc = values[0]
+        for v in values[1:]:
+            acc = self.apply(prim, None, [acc, v], dtype)
+        return acc
+
+    # --- the interpreter -----------------------------------------------------------------------
+    def eval_jaxpr(self, jaxpr, consts, args):
+        env = {}
+
+        def read(v):
+            if isinstance(v, Literal):
+                return self.split(v.val, v.aval)
+            return env[v]
+
+        for var, val in zip(jaxpr.constvars, consts):
+            env[var] = val
+        for var, val in zip(jaxpr.invars, args):
+            env[var] = val
+        for eqn in jaxpr.eqns:
+            ins = [read(v) for v in eqn.invars]
+            outs = self.eqn(eqn, ins)
+            for var, val in zip(eqn.outvars, outs):
+                if math.prod(var.aval.shape) > self.max_size:
+                    raise Unsupported(f"an intermediate of shape {var.aval.shape}")
+                env[var] = val
+        return [read(v) for v in jaxpr.outvars]
+
+    def eqn(self, eqn, ins):
+        name = eqn.primitive.name
+        p = eqn.params
+        out_avals = [v.aval for v in eqn.outvars]
+        aval = out_avals[0]
+        shape = tuple(aval.shape)
+        if name in _ELEMENTWISE:
+            arrays = [np.broadcast_to(a, shape) for a in ins]
+            out = np.empty(shape, object)
+            for idx in np.ndindex(shape):
+                out[idx] = self.apply(eqn.primitive, p, [a[idx] for a in arrays], aval.dtype)
+            return [out]
+        if name in _CALLS:
+            closed = p[_CALLS[name]]
+            inner_consts = [self.split(c) for c in closed.consts]
+            return self.eval_jaxpr(closed.jaxpr, inner_consts, ins)
+        if name == "broadcast_in_dim":
+            (x,) = ins[:1]
+            expanded = [1] * len(shape)
+            for src, dst in enumerate(p["broadcast_dimensions"]):
+                expanded[dst] = x.shape[src]
+            return [np.broadcast_to(x.reshape(expanded), shape)]
+        if name == "reshape":
+            return [ins[0].reshape(shape)]
+        if name == "squeeze":
+            return [ins[0].reshape(shape)]
+        if name == "transpose":
+            return [np.transpose(ins[0], p["permutation"])]
+        if name == "rev":
+            return [np.flip(ins[0], p["dimensions"])]
+        if name == "slice":
+            strides = p["strides"] or (1,) * len(p["start_indices"])
+            sl = tuple(
+                slice(s, e, st) for s, e, st in zip(p["start_indices"], p["limit_indices"], strides)
+            )
+            return [ins[0][sl]]
+        if name == "concatenate":
+            return [np.concatenate(ins, axis=p["dimension"])]
+        if name == "stack":
+            return [np.stack(ins, axis=p["axis"])]
+        if name == "unstack":
+            return [np.take(ins[0], i, axis=p["axis"]) for i in range(len(out_avals))]
+        if name == "split":
+            return list(np.split(ins[0], np.cumsum(p["sizes"])[:-1], axis=p["axis"]))
+        if name == "iota":
+            vals = np.arange(shape[p["dimension"]], dtype=aval.dtype)
+            bshape = [1] * len(shape)
+            bshape[p["dimension"]] = shape[p["dimension"]]
+            arr = np.broadcast_to(vals.reshape(bshape), shape)
+            return [self.split(np.ascontiguousarray(arr))]
+        if name == "pad":
+            return [self.pad(ins[0], ins[1][()], p["padding_config"], shape)]
+        if name == "dot_general":
+            return [self.dot_general(ins[0], ins[1], p["dimension_numbers"], aval)]
+        if name in _REDUCERS:
+            return [self.reduce(ins[0], p["axes"], _REDUCERS[name], aval)]
+        if name in _INDEXING:
+            return self.indexing(eqn, ins)
+        if name in _CUMULATIVE:
+            return [self.cumulative(ins[0], p["axis"], p["reverse"], _CUMULATIVE[name], aval)]
+        raise Unsupported(f"primitive {name!r}")
+
+    def pad(self, x, value, config, shape):
+        lo_max = [max(lo, 0) for lo, _, _ in config]
+        full_shape = [
+            max(lo, 0) + (n - 1) * (interior + 1) + 1 + max(hi, 0) if n else max(lo, 0) + max(hi, 0)
+            for (lo, hi, interior), n in zip(config, x.shape)
+        ]
+        out = np.empty(full_shape, object)
+        out.fill(value)
+        dst = tuple(
+            slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1)
+            for lo, (_, _, it), n in zip(lo_max, config, x.shape)
+        )
+        if x.size:
+            out[dst] = x
+        crop = tuple(
+            slice(-lo if lo < 0 else 0, full - (-hi if hi < 0 else 0))
+            for (lo, hi, _), full in zip(config, full_shape)
+        )
+        out = out[crop]
+        assert out.shape == shape
+        return out
+
+    def dot_general(self, lhs, rhs, dimension_numbers, aval):
+        (lc, rc), (lb, rb) = dimension_numbers
+        lf = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
+        rf = [i for i in range(rhs.ndim) if i not in rc and i not in rb]
+        nb = math.prod(lhs.shape[i] for i in lb)
+        nk = math.prod(lhs.shape[i] for i in lc)
+        nm = math.prod(lhs.shape[i] for i in lf)
+        nn = math.prod(rhs.shape[i] for i in rf)
+        L = np.transpose(lhs, [*lb, *lf, *lc]).reshape(nb, nm, nk)
+        R = np.transpose(rhs, [*rb, *rc, *rf]).reshape(nb, nk, nn)
+        dtype = aval.dtype
+        out = np.empty((nb, nm, nn), object)
+        mul = _PRIMS["mul"]
+        for b in range(nb):
+            for m in range(nm):
+                for n in range(nn):
+                    terms = [
+                        self.apply(
+                            mul, None, [_cast(L[b, m, k], dtype), _cast(R[b, k, n], dtype)], dtype
+                        )
+                        for k in range(nk)
+                    ]
+                    out[b, m, n] = self.fold("add", terms, dtype) if terms else _const(0, dtype)
+        return out.reshape(aval.shape)
+
+    def cumulative(self, x, axis, reverse, op, aval):
+        moved = np.moveaxis(x, axis, -1)
+        out = np.empty(moved.shape, object)
+        for idx in np.ndindex(moved.shape[:-1]):
+            n = moved.shape[-1]
+            order = range(n - 1, -1, -1) if reverse else range(n)
+            acc = None
+            for i in order:
+                v = moved[(*idx, i)]
+                acc = v if acc is None else self.apply(_PRIMS[op], None, [acc, v], aval.dtype)
+                out[(*idx, i)] = acc
+        return np.moveaxis(out, -1, axis)
+
+    def reduce(self, x, axes, op, aval):
+        keep = [i for i in range(x.ndim) if i not in axes]
+        moved = np.transpose(x, [*keep, *axes]).reshape(*(x.shape[i] for i in keep), -1)
+        out = np.empty(aval.shape, object)
+        for idx in np.ndindex(tuple(aval.shape)):
+            vals = list(moved[idx])
+            if not vals:
+                raise Unsupported("reduction over an empty axis")
+            out[idx] = self.fold(op, vals, aval.dtype)
+        return out
+
+    def indexing(self, eqn, ins):
+        """Gathers, dynamic slices and scatters with constant indices: linear maps of their data
+        operands, whose 0/1 matrix is found by differentiating the primitive at trace time."""
+        name = eqn.primitive.name
+        data_pos, _ = _INDEXING[name]
+        idx_pos = [i for i in range(len(ins)) if i not in data_pos]
+        for i in idx_pos:
+            if not all(_is_const(v) for v in ins[i].reshape(-1)):
+                raise Unsupported(f"{name} with traced indices")
+        aval = eqn.outvars[0].aval
+        dtype = aval.dtype
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            raise Unsupported(f"{name} on {dtype}")
+        sizes = [ins[i].size for i in data_pos]
+        shapes = [ins[i].shape for i in data_pos]
+        idx_vals = {
+            i: np.array(ins[i].tolist(), dtype=eqn.invars[i].aval.dtype).reshape(ins[i].shape)
+            for i in idx_pos
+        }
+
+        def f(flat):
+            parts = jnp.split(flat, np.cumsum(sizes)[:-1])
+            operands = []
+            for i in range(len(ins)):
+                if i in idx_vals:
+                    operands.append(jnp.asarray(idx_vals[i]))
+                else:
+                    j = data_pos.index(i)
+                    operands.append(parts[j].reshape(shapes[j]))
+            return eqn.primitive.bind(*operands, **eqn.params).reshape(-1)
+
+        with jax.ensure_compile_time_eval():
+            M = np.asarray(jax.jacfwd(f)(jnp.zeros((sum(sizes),), dtype)))
+        src = (
+            np.concatenate([ins[i].reshape(-1) for i in data_pos]) if sizes else np.empty(0, object)
+        )
+        mul = _PRIMS["mul"]
+        out = np.empty(M.shape[0], object)
+        for r in range(M.shape[0]):
+            cols = np.nonzero(M[r])[0]
+            terms = [
+                self.apply(mul, None, [_cast(src[c], dtype), _const(M[r, c], dtype)], dtype)
+                for c in cols
+            ]
+            out[r] = self.fold("add", terms, dtype) if terms else _const(0, dtype)
+        return [out.reshape(aval.shape)]
+
+
+def _cast(x, dtype):
+    if _is_const(x):
+        return _const(x, dtype)
+    return x if x.dtype == dtype else jax.lax.convert_element_type(x, dtype)
+
+
+_LAX = {
+    "mul": jax.lax.mul,
+    "add": jax.lax.add,
+    "max": jax.lax.max,
+    "min": jax.lax.min,
+    "and": jax.lax.bitwise_and,
+    "or": jax.lax.bitwise_or,
+    "neg": jax.lax.neg,
+}
+_PRIMS = {
+    "mul": jax.lax.mul_p,
+    "add": jax.lax.add_p,
+    "max": jax.lax.max_p,
+    "min": jax.lax.min_p,
+    "and": jax.lax.and_p,
+    "or": jax.lax.or_p,
+}
+
+
+def scalarized_jaxpr_eval(closed, args, max_size=64):
+    """Evaluate a ``ClosedJaxpr`` scalar by scalar on array arguments; returns the output arrays.
+    Raises :class:`Unsupported` for what it cannot scalarize."""
+    ev = _Evaluator(max_size)
+    consts = [ev.split(c) for c in closed.consts]
+    ins = [ev.split(a, v.aval) for a, v in zip(args, closed.jaxpr.invars)]
+    outs = ev.eval_jaxpr(closed.jaxpr, consts, ins)
+    return [ev.join(o, v.aval) for o, v in zip(outs, closed.jaxpr.outvars)]
+
+
+def scalarize(fun, *, max_size: int = 64, strict: bool = False):
+    """``fun`` evaluated scalar by scalar (module docstring): same signature, same results to
+    round-off, a few fused kernels instead of one per array operation.
+
+    ``fun`` takes pytrees whose array leaves are its inputs (other leaves are static) and returns
+    a pytree of arrays.  Falls back to ``fun`` itself for programs it cannot scalarize, or
+    raises :class:`Unsupported` naming the primitive with ``strict=True``."""
+
+    @functools.wraps(fun)
+    def wrapper(*args):
+        dyn, static = eqx.partition(args, eqx.is_array)
+        leaves, treedef = jax.tree_util.tree_flatten(dyn)
+
+        def flat(*ls):
+            return fun(*eqx.combine(jax.tree_util.tree_unflatten(treedef, ls), static))
+
+        if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+            # an eager call: scalar by scalar it would dispatch every scalar operation alone
+            return fun(*args)
+        try:
+            closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*leaves)
+            outs = scalarized_jaxpr_eval(closed, leaves, max_size)
+        except Unsupported:
+            if strict:
+                raise
+            return fun(*args)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+
+    return wrapper
+
+
+class Scalarized(eqx.Module):
+    """A callable module (e.g. a residual passed to
+    :func:`~geomjax.integrators.newton.newton_solve`, whose callables must be hashable values)
+    evaluated by :func:`scalarize`."""
+
+    fun: Callable
+
+    def __call__(self, *args):
+        return scalarize(self.fun)(*args)
