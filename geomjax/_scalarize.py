@@ -443,7 +443,7 @@ _PRIMS = {
 }
 
 
-def scalarized_jaxpr_eval(closed, args, max_size=64):
+def scalarized_jaxpr_eval(closed, args, max_size=100):
     """Evaluate a ``ClosedJaxpr`` scalar by scalar on array arguments; returns the output arrays.
     Raises :class:`Unsupported` for what it cannot scalarize."""
     ev = _Evaluator(max_size)
@@ -453,7 +453,7 @@ def scalarized_jaxpr_eval(closed, args, max_size=64):
     return [ev.join(o, v.aval) for o, v in zip(outs, closed.jaxpr.outvars)]
 
 
-def scalarize(fun, *, max_size: int = 64, strict: bool = False):
+def scalarize(fun, *, max_size: int = 100, strict: bool = False):
     """``fun`` evaluated scalar by scalar (module docstring): same signature, same results to
     round-off, a few fused kernels instead of one per array operation.
 

@@ -80,6 +80,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._scalarize import Scalarized
 from ..variational.system import LagrangianSystem, VariationalState
 from .base import AbstractMethod, StepStats
 from .composition import Composition
@@ -143,8 +144,11 @@ def discrete_legendre(system, rule, q0, v, h, t=0.0, u=None):
     return p_plus, p_minus, q1
 
 
-def _solve(residual, x0, args, iters):
-    return newton_solve(residual, x0, args, iters=iters, jac_solve=dense_jac_solve(residual))
+def _solve(residual, x0, args, iters, scalar=True):
+    jac_solve = dense_jac_solve(residual)
+    if scalar:  # scalar by scalar: a few fused kernels per iteration (geomjax._scalarize)
+        residual, jac_solve = Scalarized(residual), Scalarized(jac_solve)
+    return newton_solve(residual, x0, args, iters=iters, jac_solve=jac_solve)
 
 
 class _DELResidual(eqx.Module):
@@ -196,6 +200,11 @@ class _VariationalMethod(AbstractMethod):
     # symmetrically), so :class:`~geomjax.Composition` raises their order; Impacts overrides.
     symmetric: ClassVar[bool] = True
     symmetric_with_force: ClassVar[bool] = True
+    #: evaluate the Newton residuals and Jacobian solves scalar by scalar
+    #: (:func:`geomjax._scalarize.scalarize`: the same numbers to round-off, a few fused kernels
+    #: per iteration instead of one per small array operation; programs without a scalar form
+    #: fall back to the array form)
+    scalarize: bool = eqx.field(static=True, default=True, kw_only=True)
 
     def supports(self, system) -> bool:
         return isinstance(system, LagrangianSystem)
@@ -243,7 +252,11 @@ class DiscreteEulerLagrange(_VariationalMethod):
         params, static = eqx.partition(system, eqx.is_array)
         v0 = system.velocity(q0, p0)
         v, r = _solve(
-            _DELResidual(static, self.rule), v0, (params, q0, p0, h, t, control), self.newton_iters
+            _DELResidual(static, self.rule),
+            v0,
+            (params, q0, p0, h, t, control),
+            self.newton_iters,
+            self.scalarize,
         )
         _, p1, q1 = discrete_legendre(system, self.rule, q0, v, h, t, control)
         tiny = jnp.finfo(dtype).tiny
@@ -401,6 +414,7 @@ class RATTLE(_VariationalMethod):
             jnp.concatenate([v0, 0.5 * h * state.lam]),
             (params, q0, p0, G0, h, t, control),
             self.newton_iters,
+            self.scalarize,
         )
         v, Lam_a = z[:n], z[n:]
         _, p_tilde, q1 = discrete_legendre(system, self.rule, q0, v, h, t, control)
@@ -411,6 +425,7 @@ class RATTLE(_VariationalMethod):
             jnp.concatenate([v, Lam_a]),
             (params, q1, p_tilde, G1, c),
             self.projection_iters,
+            self.scalarize,
         )
         v1, Lam_b = z[:n], z[n:]
         p1 = p_tilde + G1.T @ Lam_b
@@ -582,6 +597,7 @@ class Impacts(_VariationalMethod):
             jnp.concatenate([vm, jnp.zeros((C.shape[0],), dtype)]),
             (params, q, pm, C, c),
             self.jump_iters,
+            self.scalarize,
         )
         v, Lam = z[:n], z[n:]
         pp = pm + C.T @ Lam

@@ -20,6 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._scalarize import Scalarized
 from ..integrators.base import AbstractMethod, StepStats, needs_reorthonormalization
 from ..integrators.newton import dense_jac_solve, newton_solve
 from ..integrators.rkmk import rkmk4_step
@@ -67,6 +68,9 @@ class MomentumLGVI(AbstractMethod):
 
     newton_iters: int = eqx.field(static=True, default=6)
     reorthonormalize: bool | None = eqx.field(static=True, default=None)
+    #: evaluate the Newton residual and Jacobian solve scalar by scalar
+    #: (:func:`geomjax._scalarize.scalarize`; the same numbers to round-off)
+    scalarize: bool = eqx.field(static=True, default=True)
     order: ClassVar[int] = 2
 
     def supports(self, system) -> bool:
@@ -89,10 +93,11 @@ class MomentumLGVI(AbstractMethod):
         m = co.C.shape[0]
         x0 = jnp.concatenate([xi0, jnp.zeros((m,), mu.dtype)])
         res_fn = _DELResidual(G)
+        jac_solve = dense_jac_solve(res_fn)
+        if self.scalarize:  # a few fused kernels per iteration (geomjax._scalarize)
+            res_fn, jac_solve = Scalarized(res_fn), Scalarized(jac_solve)
         args = (h, mu_in, co.I0, co.J0, co.C, co.r, co_k.C)
-        x, res = newton_solve(
-            res_fn, x0, args, iters=self.newton_iters, jac_solve=dense_jac_solve(res_fn)
-        )
+        x, res = newton_solve(res_fn, x0, args, iters=self.newton_iters, jac_solve=jac_solve)
         n = G.dim
         xi, lam = x[:n], x[n:]
         F = G.exp(h * xi)
