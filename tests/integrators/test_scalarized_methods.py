@@ -1,42 +1,16 @@
 """``scalarize=True`` (the default) on the generic-group LGVI, the coordinate variational
 integrators (DEL, RATTLE) and the reconstruction LGVI: the same run as the array form to
 round-off (the same primitives, scalar by scalar; ``geomjax._scalarize``), with gradients equal
-to the array form's.  Speed: ``benchmarks/bench_rigid_body.py``, ``bench_variational.py``,
-``bench_reconstruction.py``."""
+to the array form's.  Speed: ``benchmarks/bench_scalarize.py``."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from variational.helpers import double_pendulum, double_spherical
 
 import geomjax as gj
 from geomjax.reconstruction import MomentumLGVI, Reconstruction
 from geomjax.reconstruction.examples import gyrostat
-
-G0 = 9.81
-
-
-def double_pendulum():
-    def L(q, v):
-        a, b = q
-        da, db = v
-        K = da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b)
-        return K + 2 * G0 * jnp.cos(a) + G0 * jnp.cos(b)
-
-    return gj.LagrangianSystem(L, dim=2)
-
-
-def double_spherical():
-    system = gj.LagrangianSystem(
-        metric=jnp.diag(jnp.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])),
-        potential=lambda q: G0 * (q[2] + 2.0 * q[5]),
-    )
-
-    def constraint(q):
-        x1, x2 = q[:3], q[3:]
-        d = x2 - x1
-        return 0.5 * jnp.array([x1 @ x1 - 1.0, d @ d - 0.64])
-
-    return system, constraint
 
 
 def _agree(a, b, rtol=1e-12, atol=1e-12):
