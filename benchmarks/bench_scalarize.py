@@ -7,11 +7,12 @@ unbatched and under ``jax.vmap``: ns per body-step (best of interleaved passes),
 compile times (reported separately), and the largest difference of the final states (the two
 forms compute the same primitives; round-off).
 
-    python benchmarks/bench_scalarize.py [--fast]
+    python benchmarks/bench_scalarize.py [--fast] [--only SUBSTRING]
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import jax
@@ -132,11 +133,25 @@ def _cases():
     )
 
 
+def _only():
+    """``--only SUBSTRING``: the cases whose name contains it (all by default)."""
+    args = sys.argv[1:]
+    if "--only" in args:
+        i = args.index("--only")
+        if i + 1 >= len(args):
+            raise SystemExit("bench_scalarize: --only needs a case name (substring)")
+        return args[i + 1]
+    return None
+
+
 def run(fast):
     steps = 200 if fast else 2000
     batches = (1, 64) if fast else (1, 1024)
     rows = []
+    only = _only()
     for name, system, make, s0, dt in _cases():
+        if only and only not in name:
+            continue
         fns = {}
         for sc in (True, False):
 

@@ -45,7 +45,13 @@ from jax.extend.core import Literal
 
 from ._linalg import stack_scalars
 
-__all__ = ["Scalarized", "Unsupported", "scalarize", "scalarized_jaxpr_eval"]
+__all__ = [
+    "ScalarTuples",
+    "Scalarized",
+    "Unsupported",
+    "scalarize",
+    "scalarized_jaxpr_eval",
+]
 
 
 class Unsupported(Exception):
@@ -493,3 +499,20 @@ class Scalarized(eqx.Module):
 
     def __call__(self, *args):
         return scalarize(self.fun)(*args)
+
+
+class ScalarTuples(eqx.Module):
+    """``fun`` with the vector arguments at positions ``vectors`` and its vector result passed
+    as tuples of scalars (``(k,) <-> k`` scalars): wrapped in :class:`Scalarized`, the stacking
+    and slicing are trace-time bookkeeping, so a loop (a Newton solve) that carries the tuple
+    keeps one scalar per loop variable — no slice kernel per entry at the top of the body and
+    no stacking kernel at its end, and under ``jax.vmap`` one contiguous ``(batch,)`` vector per
+    entry (the batch-last layout)."""
+
+    fun: Callable
+    vectors: tuple = eqx.field(static=True, default=(0,))
+
+    def __call__(self, *args):
+        args = tuple(jnp.stack(a) if i in self.vectors else a for i, a in enumerate(args))
+        out = self.fun(*args)
+        return tuple(out[i] for i in range(out.shape[0]))

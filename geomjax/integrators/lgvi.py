@@ -40,7 +40,7 @@ from typing import ClassVar, Literal
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._scalarize import Scalarized, scalarize
+from .._scalarize import scalarize
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
@@ -177,9 +177,14 @@ class LGVI(AbstractMethod):
         residual = _GroupResidual(system.group, self.retraction)
         # column JVPs: 2.4x faster than jax.jacfwd per unbatched SE(3) step (dense_jac_solve)
         jac_solve = dense_jac_solve(residual, columns=True)
-        if self.scalarize:
-            residual, jac_solve = Scalarized(residual), Scalarized(jac_solve)
-        xi, r = newton_solve(residual, xi0, (I, b, h), iters=self.newton_iters, jac_solve=jac_solve)
+        xi, r = newton_solve(
+            residual,
+            xi0,
+            (I, b, h),
+            iters=self.newton_iters,
+            jac_solve=jac_solve,
+            scalarize=self.scalarize,
+        )
         return xi, _relative(r, b)
 
     def _forces(self, system, g, mu, control, t):

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from .._linalg import forward_jacobian, small_solve
+from .._scalarize import Scalarized, ScalarTuples
 
 __all__ = ["dense_jac_solve", "newton_solve"]
 
@@ -89,12 +90,25 @@ def _newton_jvp(primals, tangents, *, residual, jac_solve, iters, chord=False):
     _, r_dot = eqx.filter_jvp(lambda a: residual(x, a), (args,), (t_args,))
     if r_dot is None:  # every tangent was a symbolic zero (e.g. only stop_gradient'ed inputs)
         return (x, r), zeros
+    # a pytree residual (a tuple of scalars) may have symbolic-zero entries: materialize them
+    r_dot = jax.tree_util.tree_map(
+        lambda d, ri: jnp.zeros_like(ri) if d is None else d, r_dot, r, is_leaf=lambda a: a is None
+    )
     x_stop, args_stop = jax.lax.stop_gradient((x, args))
     dx = jax.tree_util.tree_map(jnp.negative, jac_solve(x_stop, args_stop, r_dot))
     return (x, r), (dx, zeros[1])
 
 
-def newton_solve(residual: Callable, x0, args, *, iters: int, jac_solve: Callable, chord=False):
+def newton_solve(
+    residual: Callable,
+    x0,
+    args,
+    *,
+    iters: int,
+    jac_solve: Callable,
+    chord=False,
+    scalarize: bool = False,
+):
     """Solve ``residual(x, args) = 0`` by ``iters`` Newton iterations from ``x0``.
 
     Arguments:
@@ -110,6 +124,14 @@ def newton_solve(residual: Callable, x0, args, *, iters: int, jac_solve: Callabl
             theorem derivatives still use the Jacobian at the solution.
         jac_solve: ``(x, args, r) -> J(x)^{-1} r`` (closed form on hot paths, or
             :func:`dense_jac_solve`).  Must be linear in ``r``: it is reused for the tangents.
+        scalarize: for a vector ``x0`` ``(k,)`` and a residual of the same shape: evaluate
+            ``residual`` and ``jac_solve`` scalar by scalar (:func:`geomjax._scalarize.scalarize`,
+            the same numbers to round-off) and carry the iterate through the loop as ``k``
+            scalars (:class:`geomjax._scalarize.ScalarTuples`).  On XLA:CPU under ``jax.vmap``
+            every unknown is then one contiguous ``(batch,)`` vector instead of a strided
+            column of a ``(batch, k)`` carry: the ball on a turntable (``k + m = 7``) steps
+            3.6× faster at batch 1024 and 12% faster unbatched than with the scalarized
+            functions on an array iterate (``benchmarks/bench_nonholonomic.py --speed``).
 
     Both callables are static arguments of the custom JVP: pass functions (or hashable
     modules) whose identity is stable across calls.
@@ -117,4 +139,19 @@ def newton_solve(residual: Callable, x0, args, *, iters: int, jac_solve: Callabl
     Returns:
         ``(x, r)``: the final iterate and the residual there (report it to the caller).
     """
+    if scalarize:
+        x0 = jnp.asarray(x0)
+        if x0.ndim != 1:
+            raise ValueError(
+                f"newton_solve: scalarize=True needs a vector x0 (k,), got shape {x0.shape}"
+            )
+        x, r = _newton(
+            tuple(x0[i] for i in range(x0.shape[0])),
+            args,
+            residual=Scalarized(ScalarTuples(residual)),
+            jac_solve=Scalarized(ScalarTuples(jac_solve, (0, 2))),
+            iters=iters,
+            chord=chord,
+        )
+        return jnp.stack(x), jnp.stack(r)
     return _newton(x0, args, residual=residual, jac_solve=jac_solve, iters=iters, chord=chord)

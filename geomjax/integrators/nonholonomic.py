@@ -83,7 +83,7 @@ import jax
 import jax.numpy as jnp
 
 from .._linalg import forward_jacobian, saddle_solve_schur
-from .._scalarize import Scalarized, scalarize
+from .._scalarize import scalarize
 from ..systems.nonholonomic import AbstractNonholonomicSystem, NonholonomicState
 from .base import AbstractMethod, StepStats, needs_reorthonormalization
 from .newton import newton_solve
@@ -213,15 +213,8 @@ def _A_projection(residual, args):
 
 def _solve(residual, x0, args, iters, A_of, k, jacobian, chord=False, scalar=True):
     js = _SaddleJacSolve(residual, k, A_of, jacobian)
-    if scalar:
-        residual, js = Scalarized(residual), Scalarized(js)
     return newton_solve(
-        residual,
-        x0,
-        args,
-        iters=iters,
-        jac_solve=js,
-        chord=chord,
+        residual, x0, args, iters=iters, jac_solve=js, chord=chord, scalarize=scalar
     )
 
 

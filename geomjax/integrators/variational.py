@@ -80,7 +80,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._scalarize import Scalarized
 from ..variational.system import LagrangianSystem, VariationalState
 from .base import AbstractMethod, StepStats
 from .composition import Composition
@@ -146,9 +145,8 @@ def discrete_legendre(system, rule, q0, v, h, t=0.0, u=None):
 
 def _solve(residual, x0, args, iters, scalar=True):
     jac_solve = dense_jac_solve(residual)
-    if scalar:  # scalar by scalar: a few fused kernels per iteration (geomjax._scalarize)
-        residual, jac_solve = Scalarized(residual), Scalarized(jac_solve)
-    return newton_solve(residual, x0, args, iters=iters, jac_solve=jac_solve)
+    # scalar: scalar by scalar, a few fused kernels per iteration (geomjax._scalarize)
+    return newton_solve(residual, x0, args, iters=iters, jac_solve=jac_solve, scalarize=scalar)
 
 
 class _DELResidual(eqx.Module):

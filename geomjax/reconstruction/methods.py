@@ -95,6 +95,8 @@ class MomentumLGVI(AbstractMethod):
         res_fn = _DELResidual(G)
         jac_solve = dense_jac_solve(res_fn)
         if self.scalarize:  # a few fused kernels per iteration (geomjax._scalarize)
+            # on an array iterate: carrying it as scalars (newton_solve(scalarize=True)) is 3%
+            # faster unbatched but 15% slower at batch 1024 here (bench_scalarize.py, gyrostat)
             res_fn, jac_solve = Scalarized(res_fn), Scalarized(jac_solve)
         args = (h, mu_in, co.I0, co.J0, co.C, co.r, co_k.C)
         x, res = newton_solve(res_fn, x0, args, iters=self.newton_iters, jac_solve=jac_solve)
