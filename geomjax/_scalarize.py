@@ -408,7 +408,7 @@ class _Evaluator:
             return eqn.primitive.bind(*operands, **eqn.params).reshape(-1)
 
         with jax.ensure_compile_time_eval():
-            M = np.asarray(jax.jacfwd(f)(jnp.zeros((sum(sizes),), dtype)))
+            M = np.asarray(jax.jit(jax.jacfwd(f))(jnp.zeros((sum(sizes),), dtype)))
         src = (
             np.concatenate([ins[i].reshape(-1) for i in data_pos]) if sizes else np.empty(0, object)
         )

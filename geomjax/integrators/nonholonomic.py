@@ -245,21 +245,23 @@ class NonholonomicVI(AbstractMethod):
             ``"raise"`` (``equinox.error_if`` above ``tol``, default ``1e3 · eps``).
         jacobian: how the Newton Jacobians are formed, the same numbers either way:
             ``"columns"`` (default; one linearization, ``k`` unrolled JVPs,
-            :func:`geomjax._linalg.forward_jacobian`) is 2–3× faster per body-step under
-            ``jax.vmap`` on CPU (sleigh / ball on a turntable at batch 256: 130 / 2200 ns
-            against 410 / 4700 ns); ``"vectorized"`` (``jax.jacfwd``) is 20–35% faster for a
-            single unbatched simulation, where fewer, wider kernels win
-            (``benchmarks/bench_nonholonomic.py --speed``).
+            :func:`geomjax._linalg.forward_jacobian`) or ``"vectorized"`` (``jax.jacfwd``).
+            With the scalarized default, ``"columns"`` is as fast or faster everywhere
+            measured (dt 1e-3, 2-core CPU, float64, ns per body-step, columns / vectorized:
+            sleigh unbatched 337 / 333, ball on a turntable unbatched 3940 / 4840 and at batch
+            1024 309 / 3310; ``benchmarks/bench_nonholonomic.py --speed``).
         chord: keep the Newton Jacobian of the first iteration for the others (chord method,
             :func:`~geomjax.integrators.newton.newton_solve`): the Jacobian (``k`` JVPs and the
             Schur elimination) is formed once per step instead of ``newton_iters`` times.
             From the O(h²) seed the three iterations still reach round-off while ``h |v|``
             stays below ~2e-2 (measured at dt 0.05 on the sleigh, the ball on a turntable and
             the vertical disk; the tilting rolling disk needs dt ≤ 0.01, where Newton is at
-            round-off to dt 0.05): 15–35% cheaper per step (dt 1e-3, 2-core CPU, float64:
-            sleigh 1490 → 1000 ns unbatched, 470 → 400 ns per body-step at batch 1024; ball
-            6960 → 5180 and 3240 → 2380 ns).  Gradients are unchanged (implicit function
-            theorem at the solution); ``Solution.max_residual`` tells whether it converged.
+            round-off to dt 0.05).  Measured with the scalarized default (dt 1e-3, 2-core CPU,
+            float64, ns per body-step, Newton → chord): at batch 1024 sleigh 61 → 41 and ball on
+            a turntable 309 → 242; unbatched ball 3940 → 3680, but the sleigh 337 → 558 (there
+            the hoisted Jacobian costs more kernels than it saves).  Gradients are unchanged
+            (implicit function theorem at the solution); ``Solution.max_residual`` tells
+            whether it converged.
         scalarize: evaluate the step's pieces (the two residuals, their Jacobian solves, the
             momenta and the node acceleration) scalar by scalar
             (:func:`geomjax._scalarize.scalarize`: the same primitives on the same numbers,
@@ -267,9 +269,11 @@ class NonholonomicVI(AbstractMethod):
             of ~200 small ones, and under ``jax.vmap`` every scalar is one contiguous vector of
             the batch.  Default ``True``; a system whose functions use primitives without a
             scalar form (loops, ``cond``, custom derivative rules) falls back to the array
-            form automatically.  Measured (dt 1e-3, 2-core CPU, float64, ns per body-step,
-            array → scalar form): sleigh 1007 → 413 unbatched, 403 → 52 at batch 1024; ball on
-            a turntable 6020 → 3760 and 2870 → 950 (``benchmarks/bench_nonholonomic.py
+            form automatically.  The Newton iterates are carried as tuples of scalars
+            (``newton_solve(..., scalarize=True)``: one contiguous vector per unknown under
+            ``vmap``).  Measured (dt 1e-3, 2-core CPU, float64, ns per body-step, array →
+            scalar form): sleigh 1080 → 337 unbatched, 461 → 61 at batch 1024; ball on a
+            turntable 7150 → 3940 and 3470 → 309 (``benchmarks/bench_nonholonomic.py
             --speed``).
     """
 

@@ -172,8 +172,13 @@ def _se2_jac(xi, left: bool):
     return u, Vb
 
 
-def _lower_block(u, Vb):
-    one = jnp.ones(u.shape[:-1] + (1, 1), u.dtype)
+def _lower_block(u, Vb, corner=None):
+    """``[[corner, 0], [u, Vb]]`` (``corner`` 1 by default), built by concatenation: a scatter
+    (``.at[].set``) would cost the scalarized steps a trace-time XLA compile (geomjax._scalarize)."""
+    if corner is None:
+        one = jnp.ones(u.shape[:-1] + (1, 1), u.dtype)
+    else:
+        one = jnp.broadcast_to(jnp.asarray(corner, u.dtype), u.shape[:-1])[..., None, None]
     zero = jnp.zeros(u.shape[:-1] + (1, 2), u.dtype)
     return jnp.concatenate(
         [jnp.concatenate([one, zero], -1), jnp.concatenate([u[..., :, None], Vb], -1)], -2
@@ -305,8 +310,7 @@ class SpecialEuclidean2(LieGroup):
         u = -0.5 * jnp.stack([vy - 0.5 * th * vx, -vx - 0.5 * th * vy], -1)
         one = jnp.ones_like(th)
         B = jnp.stack([jnp.stack([one, 0.5 * th], -1), jnp.stack([-0.5 * th, one], -1)], -2)
-        M = _lower_block(u, B)
-        return M.at[..., 0, 0].set(1.0 + 0.25 * th * th)
+        return _lower_block(u, B, 1.0 + 0.25 * th * th)
 
     def cay_jac_left(self, xi):
         xi = check_shape(xi, (3,), "xi", "SE2.cay_jac_left")
@@ -320,7 +324,7 @@ class SpecialEuclidean2(LieGroup):
             [jnp.stack([two, -th], -1), jnp.stack([th, two], -1)], -2
         )
         u = -mv(B_inv, Mi[..., 1:, 0]) * a[..., None]
-        return _lower_block(u, B_inv).at[..., 0, 0].set(a)
+        return _lower_block(u, B_inv, a)
 
     def defect(self, g):
         g = check_shape(g, (3, 3), "g", "SE2.defect")

@@ -252,7 +252,8 @@ class AbstractNonholonomicSystem(AbstractSystem):
             f = f - self.configuration_velocity_derivative(
                 lambda g_, x_, t_: self.momentum(g_, x_, v), g, x, v, t
             )
-        f = f.at[:d].add(G.coad(v[:d], p[:d]))
+        # (a concatenation, not .at[:d].add: no scatter in the scalarized step)
+        f = f + jnp.concatenate([G.coad(v[:d], p[:d]), jnp.zeros_like(f[d:])])
         if u is not None:
             f = f + u
         A = self.constraint_matrix(g, x, t)
