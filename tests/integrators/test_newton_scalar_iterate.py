@@ -40,6 +40,7 @@ def test_same_root_as_the_array_solve_and_the_closed_form(a0, a1):
     xa, ra = jax.jit(lambda a: _solve(a, False))(a)
     assert xs.shape == (3,) and rs.shape == (3,)
     np.testing.assert_allclose(xs, xa, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(rs, ra, atol=1e-14)
     np.testing.assert_allclose(xs, _exact(a), rtol=1e-13)
     assert float(jnp.max(jnp.abs(rs))) < 1e-13
 
@@ -72,7 +73,8 @@ def test_gradients_closed_form_and_finite_differences_with_zero_tangent_entries(
 def test_float32():
     a = jnp.array([1.3, -0.4], jnp.float32)
     x, r = jax.jit(lambda a: _solve(a, True, jnp.array([1.0, 0.5, 1.9], jnp.float32)))(a)
-    assert x.dtype == jnp.float32
+    assert x.dtype == jnp.float32 and r.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(r))) < 1e-5
     np.testing.assert_allclose(x, _exact(a.astype(jnp.float64)), rtol=2e-6)
 
 
