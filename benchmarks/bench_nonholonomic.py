@@ -1,11 +1,18 @@
 """Nonholonomic systems: geomjax NonholonomicVI vs diffrax Tsit5 (reduced ODE, index-1 and
 Baumgarte-stabilized formulations).
 
-    python benchmarks/bench_nonholonomic.py [--fast] [--speed]   (or: geomjax bench nonholonomic)
+    python benchmarks/bench_nonholonomic.py [--fast] [--speed] [--ops]
+    (or: geomjax bench nonholonomic)
 
 ``--speed`` runs only section (d): the sleigh and the ball on a turntable against the RK4 of
 their reduced ODEs in a bare ``lax.scan`` (same run, batch 1 and 1024) and the first-call times
-of ``simulate``.
+of ``simulate``.  ``--ops`` runs only section (e): where the arithmetic of the step goes — the
+floating-point operations of the scalarized pieces of one Newton iteration (residual, Jacobian,
+Jacobian + saddle solve, whole iteration) in the jaxpr (after common-subexpression elimination)
+against those XLA compiles for a vmapped batch of 1024 (each counted once; their ratio is the
+arithmetic XLA:CPU recomputes: it has no multi-output fusion and drops optimization barriers
+before fusing, so a value shared by several scalar outputs is recomputed in each output's
+kernel).
 
 Two systems, both also written in plain coordinates ``q = (x, y, heading, shape)``:
 
@@ -507,6 +514,91 @@ def speed(fast):
     return rows, first
 
 
+_JAXPR_ARITH = {"mul", "add", "add_any", "sub", "div", "neg", "sqrt", "select_n", "max"}
+_HLO_ARITH = r"= f(?:32|64)\[[^\]]*\](?:\{[^}]*\})? (?:multiply|add|subtract|divide|negate|sqrt|select|maximum)\("
+
+
+def _jaxpr_arith(f, *args):
+    """Floating-point operations in the (flat, scalarized) jaxpr of ``f``, after merging
+    identical equations (what XLA's CSE would merge)."""
+    from jax.extend.core import Literal
+
+    jaxpr = jax.make_jaxpr(f)(*args).jaxpr
+    seen, alias, n = {}, {}, 0
+    for e in jaxpr.eqns:
+        ins = tuple(
+            ("lit", repr(v.val)) if isinstance(v, Literal) else alias.get(v, v) for v in e.invars
+        )
+        key = (e.primitive.name, ins, repr(sorted(e.params.items(), key=lambda kv: kv[0])))
+        if not e.primitive.multiple_results:
+            if key in seen:
+                alias[e.outvars[0]] = seen[key]
+                continue
+            seen[key] = e.outvars[0]
+        n += e.primitive.name in _JAXPR_ARITH
+    return n
+
+
+def _hlo_arith(f, *args, batch):
+    """Floating-point operations in XLA's optimized HLO of ``jax.vmap(f)`` over ``batch``."""
+    import re
+
+    big = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch, *jnp.shape(x))), args)
+    text = jax.jit(jax.vmap(f)).lower(*big).compile().as_text()
+    return len(re.findall(_HLO_ARITH, text))
+
+
+def op_counts(fast):
+    """One Newton iteration of the step solve of NonholonomicVI, piece by piece: arithmetic in
+    the scalarized jaxpr against the compiled HLO at batch 1024 (see the module docstring)."""
+    import equinox as eqx
+
+    from geomjax._linalg import forward_jacobian
+    from geomjax._scalarize import Scalarized, ScalarTuples, scalarize
+    from geomjax.integrators import nonholonomic as nh
+
+    rows = []
+    for name, system, s0, dt, *_ in _speed_cases(fast):
+        params, static = eqx.partition(system, eqx.is_array)
+        k = system.n_velocities
+        h, t = jnp.asarray(dt), jnp.asarray(0.0)
+        A0 = system.constraint_matrix(s0.g, s0.x, t)
+        args = (params, s0.g, s0.x, system.momentum(s0.g, s0.x, s0.v), A0, h, t)
+        z0 = jnp.concatenate([s0.v, 0.5 * h * s0.lam])
+        residual = nh._StepResidual(static, "cayley")
+        jac_solve = nh._SaddleJacSolve(residual, k, nh._A_step, "columns")
+        R = Scalarized(ScalarTuples(residual))
+        J = Scalarized(ScalarTuples(jac_solve, (0, 2)))
+        zt = tuple(z0[i] for i in range(z0.shape[0]))
+
+        def jacobian(z, a, residual=residual, k=k):
+            return forward_jacobian(lambda v: residual(jnp.concatenate([v, z[k:]]), a), z[:k])
+
+        def iteration(z, a, R=R, J=J):
+            d = J(z, a, R(z, a))
+            return tuple(x - y for x, y in zip(z, d))
+
+        pieces = {
+            "residual": (R, (zt, args)),
+            "Jacobian (k JVPs)": (scalarize(jacobian), (z0, args)),
+            "Jacobian + saddle solve": (J, (zt, args, R(zt, args))),
+            "Newton iteration": (iteration, (zt, args)),
+        }
+        for piece, (f, a) in pieces.items():
+            nj = _jaxpr_arith(f, *a)
+            nh_ = _hlo_arith(f, *a, batch=1024)
+            rows.append(
+                {
+                    "system": name,
+                    "piece": piece,
+                    "jaxpr_ops": nj,
+                    "hlo_ops_batch1024": nh_,
+                    "hlo_over_jaxpr": nh_ / nj,
+                }
+            )
+    return rows
+
+
 def _scaled_state(system, s0, a):
     """``s0`` with all velocities scaled by ``a`` (linear constraints: still admissible)."""
     return system.make_state(s0.g, s0.x, a * s0.v)
@@ -542,6 +634,23 @@ def main():
 
     fast = fast_mode()
     t0 = time.perf_counter()
+    if "--ops" in sys.argv[1:]:
+        rows = op_counts(fast)
+        print_table(
+            rows,
+            ["system", "piece", "jaxpr_ops", "hlo_ops_batch1024", "hlo_over_jaxpr"],
+            title="(e) arithmetic of one Newton iteration: scalarized jaxpr vs compiled HLO",
+        )
+        write_json(
+            "nonholonomic_ops",
+            {
+                "fast": fast,
+                "ops": rows,
+                "wall_s": time.perf_counter() - t0,
+                "machine": machine_info(),
+            },
+        )
+        return
     if "--speed" in sys.argv[1:]:
         rows, first = speed(fast)
         print_table(
