@@ -22,13 +22,48 @@ def naive_so3_log(R):
     return (th / (2 * jnp.sin(th)))[..., None] * v
 
 
+def _roundtrip_error(G, key, n):
+    # one compiled function per check: run eagerly, every small array op of the group layer would
+    # compile its own kernel on first use (~2 s per check on a 2-core CPU; jitted ~0.2 s)
+    g = G.random(key, (n,))
+    return jnp.max(jnp.abs(G.exp(G.log(g)) - g))
+
+
+def _expm_error(xi):
+    from jax.scipy.linalg import expm
+
+    return jnp.max(jnp.abs(SE3.exp(xi) - expm(SE3.hat(xi))))
+
+
+def _jac_right_error(x0, h):
+    """``|J_r(x0) − central differences of exp|`` on SE(3)."""
+    fd = jnp.stack(
+        [
+            SE3.vee(
+                SE3.inverse(SE3.exp(x0)) @ (SE3.exp(x0 + h * e) - SE3.exp(x0 - h * e)) / (2 * h)
+            )
+            for e in jnp.eye(6, dtype=x0.dtype)
+        ],
+        -1,
+    )
+    return jnp.max(jnp.abs(SE3.jac_right(x0) - fd))
+
+
+def _logs_near_pi(thetas, axis):
+    R = SO3.exp(thetas[:, None] * axis)
+    return SO3.log(R), naive_so3_log(R)
+
+
+def _log_exp_jacobian_error(w):
+    return jnp.max(jnp.abs(jax.jacfwd(lambda w: SO3.log(SO3.exp(w)))(w) - jnp.eye(3)))
+
+
 def run(out: Path, fast: bool) -> list[Check]:
     n = 2_000 if fast else 100_000
     key = jax.random.PRNGKey(0)
     checks = []
     for G in (SO3, SE3, SO2, SE2):
-        g = G.random(key, (n,))
-        err = jnp.max(jnp.abs(G.exp(G.log(g)) - g))
+        err = jax.jit(_roundtrip_error, static_argnums=(0, 2))(G, key, n)
         checks.append(
             Check(
                 f"{G.name}: max |exp(log g) - g| over {n} random g", float(err), 1e-12, "identity"
@@ -36,27 +71,15 @@ def run(out: Path, fast: bool) -> list[Check]:
         )
 
     xi = 0.8 * jax.random.normal(key, (64, 6))
-    from jax.scipy.linalg import expm
-
-    err = jnp.max(jnp.abs(SE3.exp(xi) - expm(SE3.hat(xi))))
+    err = jax.jit(_expm_error)(xi)
     checks.append(Check("SE3: max |exp(xi) - expm(hat xi)|", float(err), 1e-12, "Padé expm"))
 
     # right Jacobian against central finite differences of exp
     x0 = jnp.array([0.3, -1.2, 0.7, 0.5, 0.1, -0.4])
-    h = 1e-6
-    fd = jnp.stack(
-        [
-            SE3.vee(
-                SE3.inverse(SE3.exp(x0)) @ (SE3.exp(x0 + h * e) - SE3.exp(x0 - h * e)) / (2 * h)
-            )
-            for e in jnp.eye(6)
-        ],
-        -1,
-    )
     checks.append(
         Check(
             "SE3: |J_r(xi) - finite differences|",
-            float(jnp.max(jnp.abs(SE3.jac_right(x0) - fd))),
+            float(jax.jit(_jac_right_error)(x0, 1e-6)),
             1e-8,
             "central FD",
         )
@@ -66,11 +89,9 @@ def run(out: Path, fast: bool) -> list[Check]:
     axis = jnp.array([2.0, -1.0, 2.0]) / 3.0
     gaps = np.logspace(-12, 0, 49)
     thetas = np.pi - gaps
-    R = SO3.exp(jnp.asarray(thetas)[:, None] * axis)
-    err_gj = np.linalg.norm(np.asarray(SO3.log(R)) - thetas[:, None] * np.asarray(axis), axis=-1)
-    err_naive = np.linalg.norm(
-        np.asarray(naive_so3_log(R)) - thetas[:, None] * np.asarray(axis), axis=-1
-    )
+    log_gj, log_naive = jax.jit(_logs_near_pi)(jnp.asarray(thetas), axis)
+    err_gj = np.linalg.norm(np.asarray(log_gj) - thetas[:, None] * np.asarray(axis), axis=-1)
+    err_naive = np.linalg.norm(np.asarray(log_naive) - thetas[:, None] * np.asarray(axis), axis=-1)
     checks.append(
         Check(
             "SO3: max |log(exp w) - w| for pi - |w| in [1e-12, 1]",
@@ -79,8 +100,8 @@ def run(out: Path, fast: bool) -> list[Check]:
             "identity",
         )
     )
-    J = jax.jacfwd(lambda w: SO3.log(SO3.exp(w)))
-    d_err = max(float(jnp.max(jnp.abs(J(t * axis) - jnp.eye(3)))) for t in (0.0, np.pi - 1e-6))
+    jac_err = jax.jit(_log_exp_jacobian_error)
+    d_err = max(float(jac_err(t * axis)) for t in (0.0, np.pi - 1e-6))
     checks.append(
         Check("SO3: |d/dw log(exp w) - I| at |w| = 0 and pi - 1e-6", d_err, 1e-8, "identity")
     )
