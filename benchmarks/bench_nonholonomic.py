@@ -519,9 +519,17 @@ _HLO_ARITH = r"= f(?:32|64)\[[^\]]*\](?:\{[^}]*\})? (?:multiply|add|subtract|div
 
 
 def _jaxpr_arith(f, *args):
-    """Floating-point operations in the (flat, scalarized) jaxpr of ``f``, after merging
-    identical equations (what XLA's CSE would merge)."""
-    from jax.extend.core import Literal
+    """Floating-point operations in the scalarized jaxpr of ``f``, after merging identical
+    equations (what XLA's CSE would merge); those inside nested calls (e.g. the select chain
+    that stacks a scalarized array output) are counted as they are, without merging."""
+    from jax.extend.core import Literal, jaxprs_in_params
+
+    def nested(j):
+        n = 0
+        for e in j.eqns:
+            n += e.primitive.name in _JAXPR_ARITH
+            n += sum(nested(sub) for sub in jaxprs_in_params(e.params))
+        return n
 
     jaxpr = jax.make_jaxpr(f)(*args).jaxpr
     seen, alias, n = {}, {}, 0
@@ -536,6 +544,7 @@ def _jaxpr_arith(f, *args):
                 continue
             seen[key] = e.outvars[0]
         n += e.primitive.name in _JAXPR_ARITH
+        n += sum(nested(sub) for sub in jaxprs_in_params(e.params))
     return n
 
 
