@@ -58,6 +58,18 @@ class AbstractMethod(eqx.Module):
         """One step on the internal carry: ``(carry, StepStats)``."""
         return self.step(system, carry, dt, control, t)
 
+    def forward_solutions(self, system, reverse_solutions, carry):
+        """The solutions of the implicit solves of ``Φ_h`` from ``x_k``, given those of the
+        reverse step ``x_k = Φ_{−h}(x_{k+1})`` (``reverse_solutions``, in the order its
+        :func:`~geomjax.integrators.newton.newton_solve` calls were traced; ``carry`` is
+        ``x_{k+1}``): a list in the order ``Φ_h`` traces its solves, or ``None`` (the default:
+        not known).  For a symmetric method they follow from the symmetry (the LGVI: the reverse
+        step solves for ``ξ`` with ``cay(−h ξ) = f_k^{-1}``, i.e. ``ξ_k`` itself);
+        :class:`geomjax.ReversibleAdjoint` replays them in the forward linearization of its
+        backward step instead of solving again
+        (:func:`~geomjax.integrators.newton.replay_solutions`)."""
+        return None
+
     def supports(self, system) -> bool:
         """Static check used by :func:`geomjax.simulate` to give a clear error."""
         return True

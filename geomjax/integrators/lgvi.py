@@ -129,6 +129,12 @@ class LGVI(AbstractMethod):
     def supports(self, system) -> bool:
         return isinstance(system, AbstractLieGroupSystem)
 
+    def forward_solutions(self, system, reverse_solutions, carry):
+        # one solve per step, for xi_k with f_k = tau(h xi_k); the reverse step from
+        # (g_{k+1}, mu_{k+1}) solves for xi' with tau(-h xi') = f_k^{-1} = tau(-h xi_k)
+        # (tau(-x) = tau(x)^{-1} for the Cayley map and exp): xi' = xi_k
+        return list(reverse_solutions)
+
     def _fast(self, system) -> bool:
         return isinstance(system.group, SpecialOrthogonal3) and self.retraction == "cayley"
 

@@ -13,7 +13,9 @@ cheaper and more accurate than backpropagating through the unrolled iterations.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Callable
 
 import equinox as eqx
@@ -23,7 +25,50 @@ import jax.numpy as jnp
 from .._linalg import forward_jacobian, small_solve
 from .._scalarize import Scalarized, ScalarTuples
 
-__all__ = ["dense_jac_solve", "newton_solve"]
+__all__ = ["dense_jac_solve", "newton_solve", "record_solutions", "replay_solutions"]
+
+# The solution tape of ReversibleAdjoint (trace-time bookkeeping, per thread): while recording,
+# every newton_solve appends its solution; while replaying, every newton_solve takes the next
+# one as its solution (zero iterations, derivatives by the implicit function theorem there).
+_TAPE = threading.local()
+
+
+@contextlib.contextmanager
+def record_solutions():
+    """Within the block, every :func:`newton_solve` that is traced appends its solution (the
+    final iterate, an array or pytree) to the yielded list."""
+    prev = getattr(_TAPE, "state", None)
+    tape: list = []
+    _TAPE.state = ("record", tape)
+    try:
+        yield tape
+    finally:
+        _TAPE.state = prev
+
+
+@contextlib.contextmanager
+def replay_solutions(solutions):
+    """Within the block, the ``i``-th :func:`newton_solve` that is traced takes ``solutions[i]``
+    as its root: ``iters = 0`` from that guess, so the result is the given solution and the
+    derivatives are the implicit-function-theorem derivatives at it — exact when the entry
+    solves the system (:class:`geomjax.ReversibleAdjoint` hands the reverse step's solutions to
+    the forward linearization this way).  Raises unless every entry is used."""
+    prev = getattr(_TAPE, "state", None)
+    tape = list(solutions)
+    _TAPE.state = ("replay", tape)
+    try:
+        yield
+    finally:
+        _TAPE.state = prev
+    if tape:
+        raise RuntimeError(
+            f"replay_solutions: {len(tape)} recorded solution(s) were not used: the step "
+            "traced fewer newton_solve calls than the recording"
+        )
+
+
+def _tape():
+    return getattr(_TAPE, "state", None)
 
 
 def dense_jac_solve(residual: Callable, columns: bool = False) -> Callable:
@@ -143,6 +188,20 @@ def newton_solve(
     Returns:
         ``(x, r)``: the final iterate and the residual there (report it to the caller).
     """
+    tape = _tape()
+    if tape is not None and tape[0] == "replay":
+        if not tape[1]:
+            raise RuntimeError(
+                "replay_solutions: the step traced more newton_solve calls than were recorded"
+            )
+        x0, iters = tape[1].pop(0), 0
+    x, r = _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize)
+    if tape is not None and tape[0] == "record":
+        tape[1].append(x)
+    return x, r
+
+
+def _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize):
     if scalarize:
         x0 = jnp.asarray(x0)
         if x0.ndim != 1:

@@ -315,6 +315,18 @@ class NonholonomicVI(AbstractMethod):
     def supports(self, system) -> bool:
         return isinstance(system, AbstractNonholonomicSystem)
 
+    def forward_solutions(self, system, reverse_solutions, carry):
+        # The step solves for z1 = (w, Lam_a) and z2 = (v_{k+1}, Lam_b), Lam = h/2 lam.  The
+        # reverse step (h -> -h) from q_{k+1} has the same step velocity w and the multipliers
+        # exchanged (lam_a' = lam_b, lam_b' = lam_a; module docstring), so it solves for
+        # z1' = (w, -Lam_b) and z2' = (v_k, -Lam_a).
+        z1r, z2r = reverse_solutions
+        k = system.n_velocities
+        state1, _ = carry
+        z1 = jnp.concatenate([z1r[:k], -z2r[k:]])
+        z2 = jnp.concatenate([state1.v, -z1r[k:]])
+        return [z1, z2]
+
     # --- internal carry: (state, vdot) -----------------------------------------------------
     # The acceleration at the node comes out of the same saddle solve as the carried multiplier
     # (``system.acceleration``), so carrying it costs nothing; it seeds Newton with

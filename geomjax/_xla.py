@@ -1,0 +1,65 @@
+"""XLA:CPU compiles small loops into single kernels: geomjax raises the size limit of that pass.
+
+XLA's CPU runtime executes a compiled program as a sequence of "thunks", one per fused kernel,
+and a ``while`` loop (every ``lax.scan`` over time steps, every fixed-iteration Newton solve)
+re-dispatches each kernel of its body on every iteration: ~0.1–0.4 µs apiece, whatever the
+kernel computes.  A step of a variational integrator is a few dozen small kernels, so at small
+batch sizes the dispatches, not the arithmetic, set the time.  XLA has a pass that compiles a
+loop into one kernel when the bytes its body touches stay under
+``xla_cpu_small_while_loop_byte_threshold`` — 1 kB by default, which the Newton loop of a step
+can meet while the time loop around it never does.
+
+At ``import geomjax`` we set that threshold to 16 MiB through ``XLA_FLAGS`` (see
+:data:`XLA_FLAG`): the same operations, far fewer dispatches.  Results agree to round-off, not
+bitwise (LLVM compiles one kernel instead of several: 5e-15 after 300 steps of the ball on a
+turntable; the test suite runs with the flag).  Measured (2-core x86-64 CPU, float64, ns per body-step,
+XLA's default → 16 MiB, same machine, same hour):
+
+* ``NonholonomicVI``, Chaplygin sleigh: batch 1: 412 → 133; batch 1024: 84 → 51;
+* ``NonholonomicVI``, ball on a turntable: batch 1: 5320 → 474; batch 1024: 579 → 367;
+* the reduced-ODE RK4 in a bare ``lax.scan`` (``bench_nonholonomic.py``): ball, batch 1:
+  325 → 81 (every loop of the process gains, geomjax's or not);
+* ``LGVI`` free body (SO(3) kernel): batch 1024: 43 → 32 (``benchmarks/bench_xla_loops.py``).
+
+Why not unlimited: a loop whose iterations touch more memory than the caches hold gains
+nothing from one kernel and loses the runtime's parallel dispatch (batch 16384: sleigh 56 → 76
+ns with an unlimited threshold, 65 with 16 MiB; ball 301 → 366 / 302).
+
+When it applies: only if the flag is in ``XLA_FLAGS`` before JAX creates its CPU backend (the
+first computation of the process).  Import geomjax before you compute anything with JAX, or put
+``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=16777216``
+in the environment yourself.  Nothing is changed if ``XLA_FLAGS`` already sets
+``xla_backend_extra_options`` (yours win), or with ``GEOMJAX_XLA_FLAGS=0`` in the environment.
+Other backends ignore the option.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["SMALL_LOOP_BYTES", "XLA_FLAG", "configure_xla_flags"]
+
+#: The threshold geomjax sets (bytes touched by one iteration of a loop's body).
+SMALL_LOOP_BYTES = 1 << 24
+
+#: The ``XLA_FLAGS`` entry (the option is a backend option, passed through
+#: ``xla_backend_extra_options``; a per-``jit`` ``compiler_options`` cannot set it).
+XLA_FLAG = f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={SMALL_LOOP_BYTES}"
+
+
+def configure_xla_flags(environ=None) -> bool:
+    """Add :data:`XLA_FLAG` to ``XLA_FLAGS`` (module docstring); returns whether it did.
+
+    Leaves ``XLA_FLAGS`` alone when it already sets ``xla_backend_extra_options`` or when
+    ``GEOMJAX_XLA_FLAGS=0``.  Takes effect only before JAX's CPU backend exists."""
+    env = os.environ if environ is None else environ
+    if env.get("GEOMJAX_XLA_FLAGS", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    flags = env.get("XLA_FLAGS", "")
+    if "xla_backend_extra_options" in flags:
+        return False
+    env["XLA_FLAGS"] = f"{flags} {XLA_FLAG}".strip()
+    return True
+
+
+configure_xla_flags()
