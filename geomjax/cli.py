@@ -21,6 +21,7 @@ BENCHMARKS = {
     "reconstruction": "bench_reconstruction.py",
     "control": "bench_control.py",
     "scalarize": "bench_scalarize.py",
+    "xla-loops": "bench_xla_loops.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

@@ -38,8 +38,19 @@ onto an attractor) are the same case: what contracts forwards expands backwards.
 implicit solves are not symmetric: check ``Solution.max_residual`` as always.
 
 Cost: per step, one reverse step, one forward step (the linearization point) and its VJP; no
-trajectory is written or read.  Measured in ``benchmarks/bench_adjoint.py`` (shared 2-core CPU,
-free body, dt 0.01, float64 unless said):
+trajectory is written or read.  The forward step does not solve again: the reverse step's
+implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
+``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives ``ξ' = ξ_k``; NonholonomicVI's step velocity and
+its multipliers, exchanged), and the forward step replays them
+(:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton iterations, the implicit-
+function-theorem derivatives at the handed-over root).  Measured (2-core CPU, float64, XLA's
+default loop compilation, 1000 steps, gradient time over forward time, solving again → handing
+over): free body LGVI batch 1 5.4× → 4.7×, batch 256 4.2× → 3.6×; Chaplygin sleigh batch 1
+4.0× → 2.8×, batch 256 3.8× → 2.8×; ball on a turntable batch 1 3.4× → 2.4×, batch 256 2.9× →
+2.2×.
+
+Measured in ``benchmarks/bench_adjoint.py`` (shared 2-core CPU, free body, dt 0.01, float64
+unless said; figures from before the handover and before :mod:`geomjax._xla` unless said):
 
 * memory: XLA temp memory of the gradient constant in the number of steps (4.4 KiB from 1e3 to
   1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
@@ -55,10 +66,8 @@ free body, dt 0.01, float64 unless said):
   of 70 ns, float32 4.9–6.3×; before the two details below, 9–12× and 22–31×.  What
   remains is structural: the forward run, then per step a reverse step and a forward step that
   XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.
-  Reaching ~3× needs a method that hands its linearization over from the reverse step (on the
-  Cayley LGVI the reverse solve returns the forward step's ``ξ_k``, ``F_k^{-1} = cay(−h ξ_k)``),
-  which this method-agnostic adjoint does not assume.  In the
-  compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
+  Handing the reverse step's solution over (above) took this to 5.0× (5.5× before, same
+  run).  In the compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
   solve (the cotangent of ``ξ`` and the adjoint solve) once per parameter or momentum
   cotangent it feeds (6 sibling loops of ~350 operations each on the SO(3) LGVI);
   ``optimization_barrier`` on those values did not change the time (measured).

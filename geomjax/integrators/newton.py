@@ -9,6 +9,10 @@ Derivatives never go through the iterations.  With ``x*(a)`` the solution, the i
 theorem gives ``dx* = -(∂r/∂x)^{-1} (∂r/∂a) da``; :func:`newton_solve` implements exactly this as
 a custom JVP (linear in the tangents, hence also transposable for reverse mode).  This is both
 cheaper and more accurate than backpropagating through the unrolled iterations.
+
+:func:`record_solutions` / :func:`replay_solutions` are a trace-time tape of the solutions:
+:class:`geomjax.ReversibleAdjoint` records the reverse step's and replays them in the forward
+step it differentiates (zero iterations at a known root).
 """
 
 from __future__ import annotations
