@@ -67,7 +67,12 @@ unless said; figures from before the handover and before :mod:`geomjax._xla` unl
   remains is structural: the forward run, then per step a reverse step and a forward step that
   XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.
   Handing the reverse step's solution over (above) took this to 5.0× (5.5× before, same
-  run).  In the compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
+  run), and replaying it into the SO(3) kernel's solve on scalar entries (the (3,) vector's
+  cotangent was assembled from three ``pad`` fusions, each recomputing the ~250-operation
+  transposed solve) to **2.7×** for the states (151 ns, forward 55 ns) and 3.4× with the
+  inertia (189 ns).  With :mod:`geomjax._xla`'s loop compilation, same machine: forward 38 ns,
+  gradient 134 ns (3.5×), with the inertia 191 ns (5.0×) — faster in absolute terms, but the
+  forward run gains more.  In the compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
   solve (the cotangent of ``ξ`` and the adjoint solve) once per parameter or momentum
   cotangent it feeds (6 sibling loops of ~350 operations each on the SO(3) LGVI);
   ``optimization_barrier`` on those values did not change the time (measured).

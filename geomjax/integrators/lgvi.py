@@ -45,7 +45,7 @@ from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
 from .base import AbstractMethod, StepStats, needs_reorthonormalization
-from .newton import dense_jac_solve, newton_solve
+from .newton import dense_jac_solve, newton_solve, replaying_solutions
 
 __all__ = ["LGVI"]
 
@@ -264,16 +264,29 @@ class LGVI(AbstractMethod):
             if f is not None:
                 b = tuple(b[i] + half * f[i] for i in range(3))
         x0 = soa.cayley_predictor(I, b, h)
-        # the iterate as one (3,) array: one fused update per Newton iteration (at batch 1 a
-        # tuple of scalars costs a kernel per component; _linalg.select_stack)
-        x, r = newton_solve(
-            soa.cayley_residual_vec,
-            soa.as_vector3(x0),
-            (I, b, h),
-            iters=self.newton_iters,
-            jac_solve=soa.cayley_jac_solve_vec,
-        )
-        x, r = soa.as_tuple3(x), soa.as_tuple3(r)
+        if replaying_solutions():
+            # ReversibleAdjoint's forward linearization: no iterations run, so the unknowns
+            # stay scalars, whose cotangents are scalars too (with the (3,) vector, reverse mode
+            # transposes its slices into pads, and XLA:CPU recomputed the transposed solve once
+            # per pad)
+            x, r = newton_solve(
+                soa.cayley_residual,
+                x0,
+                (I, b, h),
+                iters=self.newton_iters,
+                jac_solve=soa.cayley_jac_solve,
+            )
+        else:
+            # the iterate as one (3,) array: one fused update per Newton iteration (at batch 1
+            # a tuple of scalars costs a kernel per component; _linalg.select_stack)
+            x, r = newton_solve(
+                soa.cayley_residual_vec,
+                soa.as_vector3(x0),
+                (I, b, h),
+                iters=self.newton_iters,
+                jac_solve=soa.cayley_jac_solve_vec,
+            )
+            x, r = soa.as_tuple3(x), soa.as_tuple3(r)
         F = soa.cay_matrix(tuple(h * xi for xi in x))
         if needs_reorthonormalization(self.reorthonormalize, dtype):
             # Björck on the incoming R (a loop input, materialized) rather than on R F: equal to

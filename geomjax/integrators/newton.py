@@ -75,6 +75,22 @@ def _tape():
     return getattr(_TAPE, "state", None)
 
 
+def replaying_solutions() -> bool:
+    """Whether :func:`newton_solve` calls traced now take their roots from
+    :func:`replay_solutions` (a method may then pick the layout of its unknowns for the
+    derivatives rather than for the iterations, which do not run)."""
+    tape = _tape()
+    return tape is not None and tape[0] == "replay"
+
+
+def _as_structure(value, like):
+    """A replayed root in the structure of the guess: a ``(k,)`` array recorded from a vector
+    solve becomes a tuple of ``k`` scalars when the replaying solve carries one."""
+    if isinstance(like, tuple) and not isinstance(value, tuple) and jnp.ndim(value) == 1:
+        return tuple(value[i] for i in range(jnp.shape(value)[0]))
+    return value
+
+
 def dense_jac_solve(residual: Callable, columns: bool = False) -> Callable:
     """Default ``jac_solve``: forward-mode Jacobian of ``residual`` and a dense linear solve.
 
@@ -198,7 +214,7 @@ def newton_solve(
             raise RuntimeError(
                 "replay_solutions: the step traced more newton_solve calls than were recorded"
             )
-        x0, iters = tape[1].pop(0), 0
+        x0, iters = _as_structure(tape[1].pop(0), x0), 0
     x, r = _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize)
     if tape is not None and tape[0] == "record":
         tape[1].append(x)

@@ -233,3 +233,32 @@ def test_record_and_replay_count_mismatch_raises():
     with pytest.raises(RuntimeError, match="were not used"):
         with replay_solutions([a, a]):
             newton_solve(_sqrt_residual, a, a, iters=1, jac_solve=_sqrt_jac_solve)
+
+
+def _vec_residual(x, a):
+    return (x[0] * x[0] - a, x[1] - 2.0 * x[0])
+
+
+def _vec_jac_solve(x, a, r):
+    d0 = r[0] / (2.0 * x[0])
+    return (d0, r[1] + 2.0 * d0)
+
+
+def test_a_recorded_vector_root_replays_into_a_scalar_tuple_solve():
+    """The LGVI's SO(3) kernel records its root as a (3,) vector and replays it into a solve on
+    scalar entries (scalar cotangents in the backward step): the entries are handed over as
+    they are, and the derivative is the closed form, d/da (sqrt(a), 2 sqrt(a))."""
+    a = jnp.asarray(2.5)
+
+    def solve(a):
+        root = jax.lax.stop_gradient(jnp.stack([jnp.sqrt(a), 2.0 * jnp.sqrt(a)]))
+        with replay_solutions([root]):
+            x, _ = newton_solve(_vec_residual, (a, a), a, iters=4, jac_solve=_vec_jac_solve)
+        return x
+
+    x = solve(a)
+    assert isinstance(x, tuple) and float(x[0]) == float(jnp.sqrt(a))
+    d = jax.jacfwd(solve)(a)
+    np.testing.assert_allclose(
+        [float(d[0]), float(d[1])], [0.5 / 2.5**0.5, 1.0 / 2.5**0.5], rtol=1e-14
+    )
