@@ -12,14 +12,15 @@ can meet while the time loop around it never does.
 At ``import geomjax`` we set that threshold to 16 MiB through ``XLA_FLAGS`` (see
 :data:`XLA_FLAG`): the same operations, far fewer dispatches.  Results agree to round-off, not
 bitwise (LLVM compiles one kernel instead of several: 5e-15 after 300 steps of the ball on a
-turntable; the test suite runs with the flag).  Measured (2-core x86-64 CPU, float64, ns per body-step,
-XLA's default → 16 MiB, same machine, same hour):
+turntable; the test suite runs with the flag).  Measured with ``benchmarks/bench_xla_loops.py`` (2-core x86-64 CPU,
+float64, ns per body-step, XLA's default → 16 MiB, two child processes alternated):
 
-* ``NonholonomicVI``, Chaplygin sleigh: batch 1: 412 → 133; batch 1024: 84 → 51;
-* ``NonholonomicVI``, ball on a turntable: batch 1: 5320 → 474; batch 1024: 579 → 367;
-* the reduced-ODE RK4 in a bare ``lax.scan`` (``bench_nonholonomic.py``): ball, batch 1:
-  325 → 81 (every loop of the process gains, geomjax's or not);
-* ``LGVI`` free body (SO(3) kernel): batch 1024: 43 → 32 (``benchmarks/bench_xla_loops.py``).
+* ``NonholonomicVI``, Chaplygin sleigh: batch 1: 430 → 134; batch 1024: 83 → 51;
+* ``NonholonomicVI``, ball on a turntable: batch 1: 5340 → 464; batch 1024: 573 → 368;
+* the reduced-ODE RK4 in a bare ``lax.scan``: ball, batch 1: 366 → 81 (every loop of the
+  process gains, geomjax's or not);
+* ``LGVI`` free body (SO(3) kernel): batch 1: 265 → 113; batch 1024: 46 → 32; its
+  ``ReversibleAdjoint`` gradient, batch 1: 1990 → 328.
 
 Why not unlimited: a loop whose iterations touch more memory than the caches hold gains
 nothing from one kernel and loses the runtime's parallel dispatch (batch 16384: sleigh 56 → 76
