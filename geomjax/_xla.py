@@ -12,8 +12,9 @@ can meet while the time loop around it never does.
 At ``import geomjax`` we set that threshold to 16 MiB through ``XLA_FLAGS`` (see
 :data:`XLA_FLAG`): the same operations, far fewer dispatches.  Results agree to round-off, not
 bitwise (LLVM compiles one kernel instead of several: 5e-15 after 300 steps of the ball on a
-turntable; the test suite runs with the flag).  Measured with ``benchmarks/bench_xla_loops.py`` (2-core x86-64 CPU,
-float64, ns per body-step, XLA's default → 16 MiB, two child processes alternated):
+turntable; the test suite runs with the flag).  Measured with ``benchmarks/bench_xla_loops.py``
+(2-core x86-64 CPU, float64, ns per body-step, XLA's default → 16 MiB, two child processes
+alternated):
 
 * ``NonholonomicVI``, Chaplygin sleigh: batch 1: 430 → 134; batch 1024: 83 → 51;
 * ``NonholonomicVI``, ball on a turntable: batch 1: 5340 → 464; batch 1024: 573 → 368;
@@ -31,7 +32,7 @@ first computation of the process).  Import geomjax before you compute anything w
 ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=16777216``
 in the environment yourself.  Nothing is changed if ``XLA_FLAGS`` already sets
 ``xla_backend_extra_options`` (yours win), or with ``GEOMJAX_XLA_FLAGS=0`` in the environment.
-Other backends ignore the option.
+The option belongs to the CPU backend (not tried on an accelerator: none was available).
 """
 
 from __future__ import annotations

@@ -72,10 +72,10 @@ unless said; figures from before the handover and before :mod:`geomjax._xla` unl
   transposed solve) to **2.7×** for the states (151 ns, forward 55 ns) and 3.4× with the
   inertia (189 ns).  With :mod:`geomjax._xla`'s loop compilation, same machine: forward 38 ns,
   gradient 134 ns (3.5×), with the inertia 191 ns (5.0×) — faster in absolute terms, but the
-  forward run gains more.  In the compiled backward step XLA:CPU still evaluates the shared part of the transposed implicit
-  solve (the cotangent of ``ξ`` and the adjoint solve) once per parameter or momentum
-  cotangent it feeds (6 sibling loops of ~350 operations each on the SO(3) LGVI);
-  ``optimization_barrier`` on those values did not change the time (measured).
+  forward run gains more.  In the compiled backward step XLA:CPU still evaluates the shared
+  part of the transposed implicit solve (the adjoint solve) once per parameter or momentum
+  cotangent it feeds (with the inertia: 6 sibling loops of 310–400 operations each on the
+  SO(3) LGVI); ``optimization_barrier`` on those values did not change the time (measured).
 
 Two details make the VJP cheap under ``vmap`` (unbatched parameters, batched states: the
 parameter cotangent is per-example).  XLA:CPU fused the whole per-step VJP into the loops that
@@ -472,8 +472,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     u_shape = None if ublocks is None else jax.tree_util.tree_map(lambda a: a[0, 0], ublocks)
     t_shape = jnp.zeros((), dtype)
     # the forward step's solutions from the reverse step, handed to the forward linearization
-    # (no second Newton solve per backward step; LGVI free body, batch 1024: 5.5x -> 5.0x the
-    # forward run, measured)
+    # (no second Newton solve per backward step; LGVI free body, batch 1024: 5.5x -> 2.7x the
+    # forward run with the scalar replay of the SO(3) kernel, measured; module docstring)
     sol_shapes = jax.eval_shape(
         lambda x1, t1, u: _reverse(static, params, x1, t1, dt, u, handover=True)[1],
         x_shape,
