@@ -18,8 +18,8 @@ alternated):
 
 * ``NonholonomicVI``, Chaplygin sleigh: batch 1: 430 → 134; batch 1024: 83 → 51;
 * ``NonholonomicVI``, ball on a turntable: batch 1: 5340 → 464; batch 1024: 573 → 368;
-* the reduced-ODE RK4 in a bare ``lax.scan``: ball, batch 1: 366 → 81 (every loop of the
-  process gains, geomjax's or not);
+* the reduced-ODE RK4 in a bare ``lax.scan``: ball, batch 1: 366 → 81 (the other loops of the
+  process are affected too, geomjax's or not);
 * ``LGVI`` free body (SO(3) kernel): batch 1: 265 → 113; batch 1024: 46 → 32; its
   ``ReversibleAdjoint`` gradient, batch 1: 1990 → 328.
 

@@ -462,9 +462,10 @@ def _control_chunk(blocks, save_every: int) -> int:
     from 0.33 to 1.5 µs with controls).  Scanning the block in chunks of a few steps slices one
     small ``(chunk, dim)`` array per chunk and leaves the per-step slices small (measured 0.37
     µs/step for chunks of 4–16 steps, ≤ 384 bytes; 1.4 µs again from ~1 kB).  The steps and
-    their arithmetic are unchanged (bitwise the same results).  (The ~1 kB is XLA's default
-    threshold for compiling a small loop into one kernel; :mod:`geomjax._xla` raises it to
-    16 MiB at import, and then the whole block loop is one kernel either way.)"""
+    their arithmetic are unchanged (bitwise the same results).  (The ~1 kB is most likely XLA's
+    default threshold for compiling a small loop into one kernel, which :mod:`geomjax._xla`
+    raises to 16 MiB at import; whether the chunking still pays with that setting was not
+    re-measured.)"""
     if blocks is None:
         return 1
     per_step = sum(
