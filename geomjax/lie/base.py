@@ -44,6 +44,14 @@ def _is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+@eqx.filter_jit
+def _membership(group, g, tol):
+    """``(bad, worst)`` of :meth:`LieGroup.check`: any defect above ``tol`` or not finite, and
+    the largest finite defect (``inf`` where one is not finite)."""
+    d = group.defect(g)
+    return jnp.any(~(d <= tol)), jnp.max(jnp.where(jnp.isfinite(d), d, jnp.inf))
+
+
 class LieGroup(eqx.Module):
     """Abstract Lie group G with Lie algebra g ≅ R^dim.
 
@@ -259,18 +267,19 @@ class LieGroup(eqx.Module):
         """
         g = check_shape(g, self.element_shape, name, f"{self.name}.check")
         tol = self.default_tolerance(g.dtype) if tol is None else tol
-        d = self.defect(g)
-        bad = jnp.any(~(d <= tol))  # NaN / inf count as bad
         msg = (
             f"argument '{name}' is not an element of {self.name}: its defect exceeds "
             f"tol={tol:.3g} or it is not finite (expected shape (..., "
             f"{', '.join(map(str, self.element_shape))}) on the group)"
         )
-        if _is_traced(bad):
+        if _is_traced(g):
+            bad = jnp.any(~(self.defect(g) <= tol))  # NaN / inf count as bad
             return eqx.error_if(g, bad, msg)
+        # eagerly one compiled function (cached per group, shape and tol) instead of a compile
+        # per small operation of the defect on the first call of a process
+        bad, worst = _membership(self, g, tol)
         if bool(bad):
-            worst = float(jnp.max(jnp.where(jnp.isfinite(d), d, jnp.inf)))
-            raise ValueError(f"{msg}; largest defect {worst:.3g}")
+            raise ValueError(f"{msg}; largest defect {float(worst):.3g}")
         return g
 
     def __repr__(self) -> str:

@@ -45,14 +45,15 @@ def _fail(x, bad, msg: str):
 
 def check_finite(x, name: str, where: str):
     x = as_float(x)
-    bad = ~jnp.all(jnp.isfinite(x))
+    # eagerly in NumPy (no compile per shape on a process's first call), traced with error_if
+    bad = ~jnp.all(jnp.isfinite(x)) if is_traced(x) else not np.all(np.isfinite(np.asarray(x)))
     return _fail(x, bad, f"{where}: argument '{name}' must be finite (it contains NaN or inf)")
 
 
 def check_positive(x, name: str, where: str):
     """Finite and strictly positive (every entry)."""
     x = check_finite(x, name, where)
-    bad = ~jnp.all(x > 0)
+    bad = ~jnp.all(x > 0) if is_traced(x) else not np.all(np.asarray(x) > 0)
     return _fail(x, bad, f"{where}: argument '{name}' must be strictly positive, got {_show(x)}")
 
 

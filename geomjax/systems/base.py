@@ -13,6 +13,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._linalg import describe_degeneracy, is_degenerate
 from ..lie.base import LieGroup, check_shape
@@ -34,11 +35,10 @@ def _is_traced(x) -> bool:
 def check_finite(x, name: str, where: str):
     """Raise ``ValueError`` (eager) / ``EquinoxRuntimeError`` (jit) if ``x`` has NaN or inf."""
     x = jnp.asarray(x)
-    bad = ~jnp.all(jnp.isfinite(x))
     msg = f"{where}: argument '{name}' must be finite (found NaN or inf)"
-    if _is_traced(bad):
-        return eqx.error_if(x, bad, msg)
-    if bool(bad):
+    if _is_traced(x):
+        return eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), msg)
+    if not np.all(np.isfinite(np.asarray(x))):  # eagerly in NumPy: no compile per shape
         raise ValueError(msg)
     return x
 

@@ -96,7 +96,10 @@ def _consistent_state(system, g, x, v, t, project):
     M = system.mass_matrix(g, x, v)
     A = system.constraint_matrix(g, x, t)
     S = A @ jnp.linalg.solve(M, A.T)
-    return v, system.multipliers(t, g, x, v), (M, S)
+    # their pivot ratios here too (make_state's degeneracy check): eagerly they would be a
+    # compile per small operation on a process's first call
+    rho = tuple(pivot_ratio(B)[0] if B.shape[-1] else jnp.inf for B in (M, S))
+    return v, system.multipliers(t, g, x, v), (M, S), rho
 
 
 @eqx.filter_jit
@@ -303,21 +306,22 @@ class AbstractNonholonomicSystem(AbstractSystem):
         v = check_shape(v, (self.n_velocities,), "v", where)
         dtype = jnp.result_type(g, x, v)
         g, x, v = g.astype(dtype), x.astype(dtype), v.astype(dtype)
-        v, lam, (M, S) = _consistent_state(self, g, x, v, jnp.asarray(t, dtype), bool(project))
+        v, lam, (M, S), rho = _consistent_state(self, g, x, v, jnp.asarray(t, dtype), bool(project))
         if not _is_traced(lam):
-            self._check_saddle(M, S, where)
+            self._check_saddle(M, S, where, rho)
         return NonholonomicState(g, x, v, lam)
 
     @staticmethod
-    def _check_saddle(M, S, where):
+    def _check_saddle(M, S, where, rho=(None, None)):
         """Eager degeneracy check of the saddle system at a state (``ValueError`` naming ``g``/``x``):
         the mass matrix ``M`` and the Schur complement ``A M⁻¹ Aᵀ`` must pass the pivot-ratio
-        criterion of :func:`geomjax._linalg.pivot_ratio` (``ρ > 100·n·eps``)."""
-        for G, what in ((M, "the mass matrix ∂²L/∂v²"), (S, "A M⁻¹ Aᵀ")):
+        criterion of :func:`geomjax._linalg.pivot_ratio` (``ρ > 100·n·eps``); ``rho``: their
+        ratios if already computed."""
+        for G, what, r in ((M, "the mass matrix ∂²L/∂v²", rho[0]), (S, "A M⁻¹ Aᵀ", rho[1])):
             if G.shape[-1] == 0:
                 continue
-            rho = float(pivot_ratio(G)[0])
-            if not rho > degeneracy_tol(G.shape[-1], G.dtype):
+            r = float(pivot_ratio(G)[0] if r is None else r)
+            if not r > degeneracy_tol(G.shape[-1], G.dtype):
                 raise ValueError(
                     f"{where}.make_state: {what} is degenerate at the configuration given by "
                     f"arguments 'g', 'x' (dependent constraints or a degenerate Lagrangian); "
@@ -353,6 +357,8 @@ class AbstractNonholonomicSystem(AbstractSystem):
         lam = check_finite(lam, f"{name}.lam", where)
         cmax, scale = _constraint_defect(self, g, x, v, jnp.asarray(t, v.dtype))
         tol = float(jnp.finfo(v.dtype).eps) ** 0.5 if tol is None else tol
+        if not _is_traced(cmax):  # eagerly on Python floats: no compile of the comparison
+            cmax, scale = float(cmax), float(scale)
         bad = cmax > tol * scale
         msg = (
             f"{where}: argument '{name}.v' violates the constraints A(q) v = b(q, t) "

@@ -252,6 +252,17 @@ def test_bad_inputs_raise_clear_errors():
         gj.simulate(SLEIGH, VI, eqx.tree_at(lambda s: s.v, S0, jnp.ones(4)), 0.01, 10)
     with pytest.raises(ValueError, match=r"'state0\.g'"):
         gj.simulate(SLEIGH, VI, eqx.tree_at(lambda s: s.g, S0, 1.1 * S0.g), 0.01, 10)
+    worst = f"{float(gj.SE2.defect(1.1 * S0.g)):.3g}"  # the compiled check reports the same
+    with pytest.raises(ValueError, match=rf"'state0\.g'.*largest defect {worst}$"):
+        gj.simulate(SLEIGH, VI, eqx.tree_at(lambda s: s.g, S0, 1.1 * S0.g), 0.01, 10)
+    with pytest.raises(ValueError, match=r"'state0\.lam' must be finite"):
+        gj.simulate(SLEIGH, VI, eqx.tree_at(lambda s: s.lam, S0, S0.lam * jnp.nan), 0.01, 10)
+    # dependent constraints (the same one twice): A M⁻¹ Aᵀ is singular, the check names it
+    twice = gj.NonholonomicSystem(
+        gj.SE2, lambda g, x, v: 0.5 * v @ v, lambda g, x, v, t: jnp.stack([v[2], 2.0 * v[2]])
+    )
+    with pytest.raises(ValueError, match="A M⁻¹ Aᵀ is degenerate"):
+        twice.make_state(jnp.eye(3), v=jnp.array([1.0, 0.5, 0.0]))
     with pytest.raises(ValueError, match="NonholonomicState"):
         gj.simulate(SLEIGH, VI, gj.LieGroupState(S0.g, S0.v), 0.01, 10)
     with pytest.raises(ValueError, match="does not support"):
