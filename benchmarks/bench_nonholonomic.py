@@ -443,6 +443,8 @@ def speed(fast):
     rows, first = [], {}
     methods = {
         "NonholonomicVI": gj.NonholonomicVI(),
+        # fixed three Newton iterations (before the early exit became the default)
+        "NonholonomicVI(early_exit=False)": gj.NonholonomicVI(early_exit=False),
         "NonholonomicVI(newton_iters=2)": gj.NonholonomicVI(newton_iters=2),
         "NonholonomicVI(chord=True)": gj.NonholonomicVI(chord=True),
         "NonholonomicVI(jacobian='vectorized')": gj.NonholonomicVI(jacobian="vectorized"),

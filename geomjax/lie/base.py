@@ -272,12 +272,11 @@ class LieGroup(eqx.Module):
             f"tol={tol:.3g} or it is not finite (expected shape (..., "
             f"{', '.join(map(str, self.element_shape))}) on the group)"
         )
-        if _is_traced(g):
-            bad = jnp.any(~(self.defect(g) <= tol))  # NaN / inf count as bad
-            return eqx.error_if(g, bad, msg)
-        # eagerly one compiled function (cached per group, shape and tol) instead of a compile
-        # per small operation of the defect on the first call of a process
+        # one compiled function (cached per group, shape and tol): eagerly not a compile per
+        # small operation of the defect on the first call of a process
         bad, worst = _membership(self, g, tol)
+        if _is_traced(bad):  # under a transformation (also for a constant g inside jit)
+            return eqx.error_if(g, bad, msg)
         if bool(bad):
             raise ValueError(f"{msg}; largest defect {float(worst):.3g}")
         return g
