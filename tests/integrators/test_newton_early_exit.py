@@ -1,0 +1,121 @@
+"""``newton_solve(..., early_exit=True)``: at most ``iters`` Newton iterations, stopping once the
+relative update is below ``sqrt(eps)/10``.  Checked: the number of residual evaluations on a
+closed-form root (quadratic convergence stops early; linear convergence never does and gives the
+fixed-iteration result bit for bit), the root and its implicit-function-theorem derivative
+against the closed form, a batch whose members stop at different iterations against the
+unbatched solves, and ``NonholonomicVI`` (default ``early_exit=True``) against its fixed three
+iterations in float64 and float32."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import geomjax as gj
+from geomjax.integrators.newton import dense_jac_solve, newton_solve
+
+
+@pytest.fixture(autouse=True)
+def _rolled(monkeypatch):
+    # the early exit applies to the rolled loop (CPU); force it on any backend
+    monkeypatch.setenv("GEOMJAX_NEWTON_UNROLL", "0")
+
+
+def _square(x, a):
+    return x * x - a
+
+
+_JS = dense_jac_solve(_square)
+
+
+def _counting_square(calls):
+    def residual(x, a):
+        jax.debug.callback(lambda: calls.append(1))
+        return _square(x, a)
+
+    return residual
+
+
+def _solve(a, x0, iters, early_exit, residual=_square):
+    # the Jacobian solve without the counting callback: one residual evaluation per iteration
+    return newton_solve(residual, x0, a, iters=iters, jac_solve=_JS, early_exit=early_exit)
+
+
+def test_quadratic_convergence_stops_early_with_the_same_root():
+    a, x0 = jnp.array([2.0]), jnp.array([1.4])
+    calls = []
+    x, r = jax.jit(lambda a: _solve(a, x0, 20, True, _counting_square(calls)))(a)
+    jax.block_until_ready(x)
+    # from |e0| = 0.014: updates 1.4e-2, 7e-5, 1.8e-9, ~1e-18 — the loop stops after the third
+    # or fourth iteration (not 20); one more residual evaluation after the loop
+    assert 3 + 1 <= len(calls) <= 5 + 1, len(calls)
+    np.testing.assert_allclose(x, np.sqrt(2.0), rtol=4e-16)
+    assert abs(float(r[0])) <= 8 * np.finfo(float).eps
+    calls_fixed = []
+    xf, _ = jax.jit(lambda a: _solve(a, x0, 20, False, _counting_square(calls_fixed)))(a)
+    jax.block_until_ready(xf)
+    assert len(calls_fixed) == 20 + 1
+    np.testing.assert_allclose(x, xf, rtol=4e-16)
+
+
+def test_linear_convergence_never_stops_early():
+    # a double root (x² = 0): Newton halves x, the relative update stays 1, so every iteration
+    # runs and the result is the fixed-iteration one bit for bit (x0 / 2^iters)
+    x0 = jnp.array([0.75])
+    x, _ = jax.jit(lambda a: _solve(a, x0, 30, True))(jnp.array([0.0]))
+    xf, _ = jax.jit(lambda a: _solve(a, x0, 30, False))(jnp.array([0.0]))
+    np.testing.assert_array_equal(x, xf)
+    np.testing.assert_array_equal(x, 0.75 / 2.0**30)
+
+
+@settings(max_examples=10)
+@given(st.floats(0.5, 3.0))
+def test_root_and_derivative_against_the_closed_form(a0):
+    def root(a):
+        return _solve(jnp.array([a]), jnp.array([1.2]), 12, True)[0][0]
+
+    x, dx = jax.jit(jax.value_and_grad(root))(a0)
+    np.testing.assert_allclose(x, np.sqrt(a0), rtol=4e-16)
+    np.testing.assert_allclose(dx, 0.5 / np.sqrt(a0), rtol=1e-14)
+
+
+def test_batch_members_stopping_at_different_iterations_equal_the_unbatched_solves():
+    # from x0 = 1.4: a = 1.96 is solved at once, 2 needs ~3 iterations, 9 and 40 need more
+    a = jnp.array([1.96, 2.0, 9.0, 40.0])
+    solve = jax.jit(lambda a: _solve(a[None], jnp.array([1.4]), 12, True))
+    xb, _ = jax.vmap(solve)(a)
+    for i in range(a.shape[0]):
+        xi, _ = solve(a[i])
+        np.testing.assert_allclose(xb[i], xi, rtol=4e-16)
+        np.testing.assert_allclose(xb[i], np.sqrt(a[i]), rtol=4e-16)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_nonholonomic_vi_same_run_as_fixed_iterations(dtype):
+    ball = gj.BallOnTurntable(mass=1.0, radius=0.5, table_rate=0.8)
+    s0 = ball.state(x=(1.0, 0.3), omega=(0.4, -0.2, 0.7))
+    s0 = jax.tree_util.tree_map(lambda a: a.astype(dtype), s0)
+    eps = float(jnp.finfo(dtype).eps)
+
+    def simulate(dt, early_exit):
+        method = gj.NonholonomicVI(early_exit=early_exit)
+        sol = gj.simulate(ball, method, s0, dt, 200, save_every=200, check_inputs=False)
+        return sol.final_state, sol.max_residual
+
+    run = jax.jit(simulate, static_argnums=1)
+    for dt in (1e-3, 0.02):  # two iterations suffice at 1e-3; all three are used at 0.02
+        dt = jnp.asarray(dt, dtype)
+        (se, re), (sf, rf) = run(dt, True), run(dt, False)
+        assert float(re) <= 1e3 * eps and float(rf) <= 1e3 * eps
+        tol = 1e-12 if dtype == jnp.float64 else 2e-4
+        for a, b in zip(jax.tree_util.tree_leaves(se), jax.tree_util.tree_leaves(sf)):
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    # a batch over dt (members stopping after different iterations) equals its members
+    dts = jnp.asarray([1e-3, 0.02], dtype)
+    sb, _ = jax.vmap(lambda dt: run(dt, True))(dts)
+    for i in range(2):
+        si, _ = run(dts[i], True)
+        for a, b in zip(jax.tree_util.tree_leaves(sb), jax.tree_util.tree_leaves(si)):
+            np.testing.assert_allclose(a[i], b, rtol=tol, atol=tol)
