@@ -84,8 +84,9 @@ class LGVI(AbstractMethod):
 
     Arguments:
         retraction: ``"cayley"`` (default; rational, fastest) or ``"exp"``.
-        newton_iters: fixed number of Newton iterations per step (default 3: from the
-            second-order predictor the error after k iterations is ``O((h|xi|)^(2^(k+1)))``).
+        newton_iters: Newton iterations per step (default 3: from the second-order predictor
+            the error after k iterations is ``O((h|xi|)^(2^(k+1)))``); at most this many with
+            ``early_exit``.
         on_failure: ``"report"`` (relative residual in ``Solution.stats``) or ``"raise"`` (an
             ``equinox.error_if`` when it exceeds ``tol``).
         tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
@@ -101,6 +102,15 @@ class LGVI(AbstractMethod):
             by hand), evaluate the step's pieces scalar by scalar
             (:func:`geomjax._scalarize.scalarize`; the same numbers to round-off, a few fused
             kernels per step instead of one per small array operation).  Default ``True``.
+        early_exit: stop the Newton iterations once converged
+            (:func:`~geomjax.integrators.newton.newton_solve`'s ``early_exit``: after the
+            iteration whose relative update is below ``sqrt(eps)/10``, where the next one would
+            change nothing but round-off; under ``jax.vmap`` once every member has).  Default
+            ``True``: the same results to round-off, the same derivatives.  Measured on the free
+            body (I = (1, 2, 3), dt 0.01, 2-core CPU, float64, geomjax's XLA loop setting, ns
+            per body-step, fixed three iterations → early exit): unbatched 101 → 88, at batch
+            1024 31.9 → 31.8.  Where the iterations are unrolled (accelerators) all
+            ``newton_iters`` run.
     """
 
     retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")
@@ -109,10 +119,15 @@ class LGVI(AbstractMethod):
     tol: float | None = eqx.field(static=True, default=None)
     reorthonormalize: bool | None = eqx.field(static=True, default=None)
     scalarize: bool = eqx.field(static=True, default=True)
+    early_exit: bool = eqx.field(static=True, default=True)
     order: ClassVar[int] = 2
     symmetric: ClassVar[bool] = True
 
     def __check_init__(self):
+        if not isinstance(self.early_exit, bool):
+            raise ValueError(
+                f"LGVI: argument 'early_exit' must be True or False, got {self.early_exit!r}"
+            )
         if self.retraction not in ("cayley", "exp"):
             raise ValueError(
                 f"LGVI: argument 'retraction' must be 'cayley' or 'exp', got {self.retraction!r}"
@@ -190,6 +205,7 @@ class LGVI(AbstractMethod):
             iters=self.newton_iters,
             jac_solve=jac_solve,
             scalarize=self.scalarize,
+            early_exit=self.early_exit,
         )
         return xi, _relative(r, b)
 
@@ -285,6 +301,7 @@ class LGVI(AbstractMethod):
                 (I, b, h),
                 iters=self.newton_iters,
                 jac_solve=soa.cayley_jac_solve_vec,
+                early_exit=self.early_exit,
             )
             x, r = soa.as_tuple3(x), soa.as_tuple3(r)
         F = soa.cay_matrix(tuple(h * xi for xi in x))

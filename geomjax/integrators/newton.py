@@ -134,13 +134,29 @@ def _max_abs_leaves(tree):
     )
 
 
+@jax.custom_batching.custom_vmap
+def _any_member(flag):
+    return flag
+
+
+@_any_member.def_vmap
+def _any_member_vmap(axis_size, in_batched, flag):
+    # the loop goes on while any member of a batch goes on: an unbatched loop predicate, so the
+    # batched loop body updates every member (no select between the members' old and new
+    # iterates: a converged member takes one more Newton step, a round-off change)
+    return jnp.any(flag), False
+
+
 def _newton_until_converged(x0, args, residual, jac_solve, iters):
     """At most ``iters`` Newton iterations, stopping after the first whose relative update
     ``rel = |dx|_∞ / |x|_∞`` has ``rel² ≤ 0.01 eps``: with quadratic convergence the next update
     would be ``~ rel² |x|``, below round-off, so the iteration it saves changes nothing but the
     last bits.  (A residual test would need the scale of the residual, which only the caller
-    knows.)  Under ``jax.vmap`` the loop runs until every member has stopped; a member's iterate
-    is frozen from its own stop on, so a batched solve equals the unbatched ones."""
+    knows.)  Under ``jax.vmap`` the loop runs until every member has stopped, and every member
+    iterates until then (:func:`_any_member`): a member that had stopped takes a Newton step
+    more, which changes its root by round-off.  (A batched predicate would make the loop select
+    between each member's old and new iterates on every iteration: measured at batch 1024, the
+    free-body LGVI 32 → 58 ns per body-step, the sleigh's NonholonomicVI 43 → 50.)"""
     tiny = jnp.finfo(jax.tree_util.tree_leaves(x0)[0].dtype).tiny
     eps = jnp.finfo(jax.tree_util.tree_leaves(x0)[0].dtype).eps
 
@@ -151,7 +167,7 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters):
         # the ball on a turntable)
         i, x_prev, x = carry
         rel = _max_abs_leaves(_tree_sub(x, x_prev)) / (_max_abs_leaves(x) + tiny)
-        return (i == 0) | ((i < iters) & (rel * rel > 0.01 * eps))
+        return _any_member((i == 0) | ((i < iters) & (rel * rel > 0.01 * eps)))
 
     def body(carry):
         i, _, x = carry
@@ -255,7 +271,8 @@ def newton_solve(
             The same result to round-off and the same derivatives (implicit function theorem);
             the final residual is still returned.  Only where the iterations are a rolled loop
             (CPU; the unrolled accelerator form keeps ``iters``) and without ``chord`` (linear
-            convergence).  Under ``jax.vmap`` the loop runs until every member has stopped.
+            convergence).  Under ``jax.vmap`` the loop runs until every member has stopped
+            (the members that stopped earlier iterate on: a round-off change of their roots).
 
     Both callables are static arguments of the custom JVP: pass functions (or hashable
     modules) whose identity is stable across calls.

@@ -2,9 +2,10 @@
 relative update is below ``sqrt(eps)/10``.  Checked: the number of residual evaluations on a
 closed-form root (quadratic convergence stops early; linear convergence never does and gives the
 fixed-iteration result bit for bit), the root and its implicit-function-theorem derivative
-against the closed form, a batch whose members stop at different iterations against the
-unbatched solves, and ``NonholonomicVI`` (default ``early_exit=True``) against its fixed three
-iterations in float64 and float32."""
+against the closed form, a batch whose members would stop at different iterations against the
+unbatched solves (the batch iterates until all have stopped: round-off), and ``NonholonomicVI``
+and ``LGVI`` (default ``early_exit=True``) against their fixed three iterations in float64 and
+float32, unbatched and batched."""
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +83,8 @@ def test_root_and_derivative_against_the_closed_form(a0):
 
 
 def test_batch_members_stopping_at_different_iterations_equal_the_unbatched_solves():
+    # the batch runs until its slowest member has stopped; the others take extra steps at
+    # their roots, which leaves them at round-off
     # from x0 = 1.4: a = 1.96 is solved at once, 2 needs ~3 iterations, 9 and 40 need more
     a = jnp.array([1.96, 2.0, 9.0, 40.0])
     solve = jax.jit(lambda a: _solve(a[None], jnp.array([1.4]), 12, True))
@@ -117,5 +120,40 @@ def test_nonholonomic_vi_same_run_as_fixed_iterations(dtype):
     sb, _ = jax.vmap(lambda dt: run(dt, True))(dts)
     for i in range(2):
         si, _ = run(dts[i], True)
+        for a, b in zip(jax.tree_util.tree_leaves(sb), jax.tree_util.tree_leaves(si)):
+            np.testing.assert_allclose(a[i], b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("group", ["SO3", "SE3"])
+def test_lgvi_same_run_as_fixed_iterations(group, dtype):
+    if group == "SO3":  # the hand-written Cayley fast path
+        body = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
+        s0 = body.make_state(jnp.eye(3), jnp.array([0.3, 1.0, -0.5]))
+    else:  # the generic (scalarized) group path
+        inertia = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
+        body = gj.RigidBodySE3(2.0, inertia, jnp.array([0.1, 0.0, 0.2]))
+        s0 = body.make_state(jnp.eye(4), jnp.array([0.3, 1.0, -0.5, 0.2, 0.1, 0.4]))
+    s0 = jax.tree_util.tree_map(lambda a: a.astype(dtype), s0)
+    eps = float(jnp.finfo(dtype).eps)
+
+    def simulate(dt, early_exit):
+        sol = gj.simulate(
+            body, gj.LGVI(early_exit=early_exit), s0, dt, 100, save_every=100, check_inputs=False
+        )
+        return sol.final_state, sol.max_residual
+
+    run = jax.jit(simulate, static_argnums=1)
+    tol = 1e-12 if dtype == jnp.float64 else 2e-4
+    dts = jnp.asarray([1e-3, 0.05], dtype)
+    for dt in dts:
+        (se, re), (sf, rf) = run(dt, True), run(dt, False)
+        assert float(re) <= 1e3 * eps and float(rf) <= 1e3 * eps
+        for a, b in zip(jax.tree_util.tree_leaves(se), jax.tree_util.tree_leaves(sf)):
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    sb, rb = jax.vmap(lambda dt: run(dt, True))(dts)
+    assert float(jnp.max(rb)) <= 1e3 * eps
+    for i in range(2):
+        si, _ = run(dts[i], False)
         for a, b in zip(jax.tree_util.tree_leaves(sb), jax.tree_util.tree_leaves(si)):
             np.testing.assert_allclose(a[i], b, rtol=tol, atol=tol)
