@@ -143,10 +143,12 @@ def discrete_legendre(system, rule, q0, v, h, t=0.0, u=None):
     return p_plus, p_minus, q1
 
 
-def _solve(residual, x0, args, iters, scalar=True):
+def _solve(residual, x0, args, iters, scalar=True, exit=True):
     jac_solve = dense_jac_solve(residual)
     # scalar: scalar by scalar, a few fused kernels per iteration (geomjax._scalarize)
-    return newton_solve(residual, x0, args, iters=iters, jac_solve=jac_solve, scalarize=scalar)
+    return newton_solve(
+        residual, x0, args, iters=iters, jac_solve=jac_solve, scalarize=scalar, early_exit=exit
+    )
 
 
 class _DELResidual(eqx.Module):
@@ -203,6 +205,12 @@ class _VariationalMethod(AbstractMethod):
     #: per iteration instead of one per small array operation; programs without a scalar form
     #: fall back to the array form)
     scalarize: bool = eqx.field(static=True, default=True, kw_only=True)
+    #: stop the Newton iterations once converged, after at most the given number
+    #: (:func:`~geomjax.integrators.newton.newton_solve`'s ``early_exit``: the same results to
+    #: round-off, the same derivatives).  Measured (dt 0.01, 2-core CPU, float64, ns per
+    #: body-step unbatched / at batch 1024, fixed → early exit): the double pendulum's DEL
+    #: 373 → 327 / 377 → 311, the double spherical pendulum's RATTLE 582 → 553 / 366 → 356
+    early_exit: bool = eqx.field(static=True, default=True, kw_only=True)
 
     def supports(self, system) -> bool:
         return isinstance(system, LagrangianSystem)
@@ -255,6 +263,7 @@ class DiscreteEulerLagrange(_VariationalMethod):
             (params, q0, p0, h, t, control),
             self.newton_iters,
             self.scalarize,
+            self.early_exit,
         )
         _, p1, q1 = discrete_legendre(system, self.rule, q0, v, h, t, control)
         tiny = jnp.finfo(dtype).tiny
@@ -413,6 +422,7 @@ class RATTLE(_VariationalMethod):
             (params, q0, p0, G0, h, t, control),
             self.newton_iters,
             self.scalarize,
+            self.early_exit,
         )
         v, Lam_a = z[:n], z[n:]
         _, p_tilde, q1 = discrete_legendre(system, self.rule, q0, v, h, t, control)
@@ -424,6 +434,7 @@ class RATTLE(_VariationalMethod):
             (params, q1, p_tilde, G1, c),
             self.projection_iters,
             self.scalarize,
+            self.early_exit,
         )
         v1, Lam_b = z[:n], z[n:]
         p1 = p_tilde + G1.T @ Lam_b
@@ -596,6 +607,7 @@ class Impacts(_VariationalMethod):
             (params, q, pm, C, c),
             self.jump_iters,
             self.scalarize,
+            self.early_exit,
         )
         v, Lam = z[:n], z[n:]
         pp = pm + C.T @ Lam
