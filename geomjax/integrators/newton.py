@@ -1,9 +1,10 @@
-"""Fixed-iteration Newton solves with implicit-function-theorem derivatives.
+"""Newton solves with a bounded iteration count and implicit-function-theorem derivatives.
 
 Variational integrators are implicit: every step solves a small nonlinear system ``r(x; a) = 0``.
-We run a *fixed* number of Newton iterations (XLA- and vmap-friendly: no data-dependent loop, every
-batch member does the same work) and return the final residual so that the caller can see
-whether the solve converged.
+We run at most ``iters`` Newton iterations — a fixed number, or (``early_exit=True``, what the
+integrators use on CPU) until the update has reached round-off, with one loop predicate for a
+whole ``vmap`` batch, so every batch member does the same work — and return the final residual
+so that the caller can see whether the solve converged.
 
 Derivatives never go through the iterations.  With ``x*(a)`` the solution, the implicit function
 theorem gives ``dx* = -(∂r/∂x)^{-1} (∂r/∂a) da``; :func:`newton_solve` implements exactly this as
@@ -248,7 +249,7 @@ def newton_solve(
         x0: initial guess (its derivative is irrelevant and ignored).
         args: pytree of parameters; floating-point leaves are differentiated via the implicit
             function theorem.
-        iters: fixed iteration count.
+        iters: iteration count (the maximum with ``early_exit``).
         chord: keep the Jacobian of the first iteration (at ``x0``) for all of them (the chord
             method: one Jacobian instead of ``iters``; convergence is linear, error
             ``O(e0^(k+1))`` after ``k`` iterations from a guess with error ``e0``, against

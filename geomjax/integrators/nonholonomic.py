@@ -289,12 +289,11 @@ class NonholonomicVI(AbstractMethod):
             same results to round-off and the same derivatives.  At dt 1e-3 two iterations
             reach round-off from the O(h²) seed, so the third is skipped.  Measured with
             geomjax's XLA loop setting (2-core CPU, float64, ns per body-step, dt 1e-3, fixed
-            three iterations → early exit): sleigh unbatched 137 → 125, at batch 1024 51 → 50;
-            ball on a turntable 461 → 366 and 364 → 297 (``benchmarks/bench_nonholonomic.py
-            --speed``; two fixed iterations: 114 / 39 and 368 / 294 — under ``jax.vmap`` the
-            loop selects between the carried iterates of the members, which costs the sleigh's
-            cheap iterations what the third one would).  Not with ``chord`` (linear convergence) nor where the iterations are
-            unrolled (accelerators).
+            three iterations → early exit, one run of ``benchmarks/bench_nonholonomic.py
+            --speed``): sleigh unbatched 132 → 103, at batch 1024 50.8 → 44.6; ball on a
+            turntable 461 → 362 and 366 → 282 (the reduced-ODE RK4 of the same run: 73 / 73
+            and 80 / 97).  Not with ``chord`` (linear convergence) nor where the iterations
+            are unrolled (accelerators).
     """
 
     retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")
