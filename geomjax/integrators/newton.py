@@ -206,15 +206,8 @@ def _newton(x0, args, *, residual, jac_solve, iters, chord=False, early_exit=Fal
 def _newton_jvp(primals, tangents, *, residual, jac_solve, iters, chord=False, early_exit=False):
     x0, args = primals
     _, t_args = tangents
-    x, r = _newton(
-        x0,
-        args,
-        residual=residual,
-        jac_solve=jac_solve,
-        iters=iters,
-        chord=chord,
-        early_exit=early_exit,
-    )
+    options = dict(iters=iters, chord=chord, early_exit=early_exit)
+    x, r = _newton(x0, args, residual=residual, jac_solve=jac_solve, **options)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, (x, r))
     if t_args is None:
         return (x, r), zeros
@@ -295,6 +288,7 @@ def newton_solve(
 
 
 def _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit):
+    options = dict(iters=iters, chord=chord, early_exit=early_exit)
     if scalarize:
         x0 = jnp.asarray(x0)
         if x0.ndim != 1:
@@ -306,17 +300,7 @@ def _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_
             args,
             residual=Scalarized(ScalarTuples(residual)),
             jac_solve=Scalarized(ScalarTuples(jac_solve, (0, 2))),
-            iters=iters,
-            chord=chord,
-            early_exit=early_exit,
+            **options,
         )
         return jnp.stack(x), jnp.stack(r)
-    return _newton(
-        x0,
-        args,
-        residual=residual,
-        jac_solve=jac_solve,
-        iters=iters,
-        chord=chord,
-        early_exit=early_exit,
-    )
+    return _newton(x0, args, residual=residual, jac_solve=jac_solve, **options)
