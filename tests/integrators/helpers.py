@@ -29,3 +29,24 @@ def terminal_error(system, method, state0, T, dt, g_ref, mu_ref):
 
 def fitted_order(dts, errs):
     return np.polyfit(np.log(dts), np.log(errs), 1)[0]
+
+
+def gyrostat_reconstruction():
+    """A gyrostat with two rotors driven along a prescribed curve, and a state on it:
+    ``(Reconstruction, state0)`` (shared by the scalarization and early-exit tests)."""
+    import geomjax as gj
+    from geomjax.reconstruction import Reconstruction
+    from geomjax.reconstruction.examples import gyrostat
+
+    rec = Reconstruction(
+        gyrostat(
+            inertia=(1.0, 1.6, 2.2),
+            rotor_axes=((1.0, 0.0, 0.0), (0.0, 0.6, 0.8)),
+            rotor_inertias=(0.3, 0.2),
+        ),
+        lambda t: jnp.stack([1.5 * jnp.sin(t) + t, 0.8 * jnp.cos(1.3 * t)]),
+    )
+    s0 = rec.state(
+        gj.SO3.exp(jnp.array([0.2, -0.1, 0.3])), jnp.array([0.4, -0.7, 1.1]), spatial=True
+    )
+    return rec, s0

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from variational.helpers import double_pendulum
 
 import geomjax as gj
 from geomjax.integrators.newton import dense_jac_solve, newton_solve
+
+from .helpers import gyrostat_reconstruction
 
 
 @pytest.fixture(autouse=True)
@@ -184,15 +187,7 @@ def test_del_and_rattle_same_run_as_fixed_iterations():
     and a spherical pendulum with RATTLE, unbatched and batched over dt, against their fixed
     iterations — the same run to round-off, the constraint still at round-off."""
     g0 = 9.81
-
-    def lagrangian(q, v):
-        a, b = q
-        da, db = v
-        return (
-            da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * g0 * jnp.cos(a) + g0 * jnp.cos(b)
-        )
-
-    pend = gj.LagrangianSystem(lagrangian, dim=2)
+    pend = double_pendulum()
     s_pend = pend.make_state(jnp.array([0.6, -0.4]), jnp.array([0.3, 1.1]))
     ball = gj.LagrangianSystem(metric=jnp.eye(3), potential=lambda q: g0 * q[2])
 
@@ -224,20 +219,9 @@ def test_momentum_lgvi_same_run_as_fixed_iterations():
     """The reconstruction LGVI (at most six iterations, ``early_exit`` default ``True``) on a
     gyrostat with a prescribed rotor curve: the same run as its fixed iterations to round-off,
     unbatched and batched over dt, with the residual at round-off."""
-    from geomjax.reconstruction import MomentumLGVI, Reconstruction
-    from geomjax.reconstruction.examples import gyrostat
+    from geomjax.reconstruction import MomentumLGVI
 
-    rec = Reconstruction(
-        gyrostat(
-            inertia=(1.0, 1.6, 2.2),
-            rotor_axes=((1.0, 0.0, 0.0), (0.0, 0.6, 0.8)),
-            rotor_inertias=(0.3, 0.2),
-        ),
-        lambda t: jnp.stack([1.5 * jnp.sin(t) + t, 0.8 * jnp.cos(1.3 * t)]),
-    )
-    s0 = rec.state(
-        gj.SO3.exp(jnp.array([0.2, -0.1, 0.3])), jnp.array([0.4, -0.7, 1.1]), spatial=True
-    )
+    rec, s0 = gyrostat_reconstruction()
 
     def simulate(dt, early_exit):
         sol = gj.simulate(

@@ -9,8 +9,9 @@ import numpy as np
 from variational.helpers import double_pendulum, double_spherical
 
 import geomjax as gj
-from geomjax.reconstruction import MomentumLGVI, Reconstruction
-from geomjax.reconstruction.examples import gyrostat
+from geomjax.reconstruction import MomentumLGVI
+
+from .helpers import gyrostat_reconstruction
 
 
 def _agree(a, b, rtol=1e-12, atol=1e-12):
@@ -77,17 +78,7 @@ def test_del_and_rattle():
 
 
 def test_reconstruction_lgvi():
-    rec = Reconstruction(
-        gyrostat(
-            inertia=(1.0, 1.6, 2.2),
-            rotor_axes=((1.0, 0.0, 0.0), (0.0, 0.6, 0.8)),
-            rotor_inertias=(0.3, 0.2),
-        ),
-        lambda t: jnp.stack([1.5 * jnp.sin(t) + t, 0.8 * jnp.cos(1.3 * t)]),
-    )
-    s0 = rec.state(
-        gj.SO3.exp(jnp.array([0.2, -0.1, 0.3])), jnp.array([0.4, -0.7, 1.1]), spatial=True
-    )
+    rec, s0 = gyrostat_reconstruction()
     a, b = _both(
         lambda sc: MomentumLGVI(scalarize=sc), lambda m: gj.simulate(rec, m, s0, 0.02, 100)
     )
