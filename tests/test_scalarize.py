@@ -5,6 +5,7 @@ differences), with no array kernels left (no ``dot_general``, reductions, concat
 scalarized jaxpr), and falls back to the array program where a primitive has no scalar form
 (``strict=True`` names it).  Speed: ``benchmarks/bench_nonholonomic.py --speed``."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,3 +158,93 @@ def test_pytrees_modules_and_static_leaves():
 
     out = jax.jit(lambda st: scalarize(f, strict=True)(sleigh, st, 3.0))(s)
     np.testing.assert_allclose(out["p"], f(sleigh, s, 3.0)["p"], rtol=1e-15)
+
+
+# --- the program cache ------------------------------------------------------------------------
+_TRACES = []
+
+
+def _counted(x, y, power):
+    """Module-level (cacheable): records each time its array program is traced."""
+    _TRACES.append(power)
+    return jnp.sin(x) * y[0] + x**power, jnp.sum(x * y[1:])
+
+
+class _Scaled(eqx.Module):
+    factor: float
+
+    def __call__(self, x):
+        _TRACES.append(self.factor)
+        return jnp.cos(x) * self.factor
+
+
+def test_program_cache_reuses_scalar_programs_and_keys_them_correctly():
+    """A function that is a value (module-level function, equinox module) is traced and
+    scalarized once per (function, shapes/dtypes, static arguments): a second compilation reuses
+    the program, with the same numbers as the array program; another shape, dtype or static
+    argument makes another program."""
+    _TRACES.clear()
+    x, y = jnp.array([0.3, -1.2, 2.0]), jnp.array([1.5, 0.1, -0.4, 0.7])
+
+    def run(fun, *args):  # a new jit wrapper each time: nothing cached by jit itself
+        return jax.jit(lambda *a: scalarize(fun)(*a))(*args)
+
+    ref = _counted(x, y, 3)
+    _TRACES.clear()
+    power = 3
+    for _ in range(3):
+        out = run(lambda a, b: _counted(a, b, power), x, y)  # a closure: not cached...
+        for o, r in zip(out, ref, strict=True):
+            np.testing.assert_allclose(o, r, rtol=1e-14)
+    assert len(_TRACES) == 3  # ...traced on every compilation
+    _TRACES.clear()
+    for _ in range(2):  # a nested def without a closure is a new object with the same code
+        out = run(lambda a, b: _counted(a, b, 3), x, y)
+    assert len(_TRACES) == 1
+    _TRACES.clear()
+    for _ in range(3):
+        out = jax.jit(lambda a, b: scalarize(_counted)(a, b, 3))(x, y)
+        for o, r in zip(out, ref, strict=True):
+            np.testing.assert_allclose(o, r, rtol=1e-14)
+    assert _TRACES == [3]  # module-level: one trace for three compilations
+    jax.jit(lambda a, b: scalarize(_counted)(a, b, 2))(x, y)  # another static argument
+    jax.jit(lambda a, b: scalarize(_counted)(a, b, 3))(x[:2], y[:3])  # other shapes
+    jax.jit(lambda a, b: scalarize(_counted)(a, b, 3))(x.astype(jnp.float32), y)  # dtype
+    assert _TRACES == [3, 2, 3, 3]
+    # under vmap the program of one member is the same program
+    xs = jnp.stack([x, 2 * x])
+    out = jax.jit(jax.vmap(lambda a: scalarize(_counted)(a, y, 3)))(xs)
+    np.testing.assert_allclose(out[0][1], _counted(2 * x, y, 3)[0], rtol=1e-14)
+    assert len(_TRACES) == 4 + 1  # the eager reference call above traced once more
+    # modules: equal fields share a program, other fields do not
+    _TRACES.clear()
+    for f in (2.0, 2.0, 3.0):
+        out = jax.jit(lambda a, f=f: scalarize(_Scaled(f))(a))(x)
+        np.testing.assert_allclose(out, jnp.cos(x) * f, rtol=1e-14)
+    assert _TRACES == [2.0, 3.0]
+
+
+_OUTER = []
+
+
+def _reads_outer(x):
+    return x * _OUTER[-1]
+
+
+def test_program_cache_never_keeps_a_tracer_of_an_enclosing_trace():
+    """A cacheable function that reads a value of the enclosing trace (here through a global):
+    its jaxpr would hold that tracer as a constant, so it is evaluated in place, never cached,
+    and follows the value."""
+    x = jnp.array([1.0, 2.0])
+
+    def f(a, x):
+        _OUTER.append(a)
+        try:
+            return scalarize(_reads_outer)(x)
+        finally:
+            _OUTER.pop()
+
+    for a in (2.0, -3.0, 0.5):  # a new function each time: a new trace (jit caches per function)
+        np.testing.assert_allclose(
+            jax.jit(lambda a, x: f(a, x))(jnp.asarray(a), x), a * x, rtol=1e-15
+        )

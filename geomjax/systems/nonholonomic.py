@@ -61,7 +61,9 @@ from .._linalg import (
     forward_jacobian,
     pivot_ratio,
     saddle_solve_schur,
+    small_solve_columns,
 )
+from .._scalarize import scalarize
 from ..lie.base import LieGroup, check_shape
 from .base import AbstractSystem, check_finite
 
@@ -93,13 +95,29 @@ def _consistent_state(system, g, x, v, t, project):
     if project:
         v = system.project_velocity(g, x, v, t)
     # the two SPD pivots blocks of the saddle system: M and the Schur complement A M⁻¹ Aᵀ
-    M = system.mass_matrix(g, x, v)
-    A = system.constraint_matrix(g, x, t)
-    S = A @ jnp.linalg.solve(M, A.T)
+    M, S = scalarize(_saddle_blocks)(system, g, x, v, t)
     # their pivot ratios here too (make_state's degeneracy check): eagerly they would be a
     # compile per small operation on a process's first call
     rho = tuple(pivot_ratio(B)[0] if B.shape[-1] else jnp.inf for B in (M, S))
-    return v, system.multipliers(t, g, x, v), (M, S), rho
+    # scalarized (one small fused program instead of ~100 array kernels to compile); the same
+    # cached scalar program as NonholonomicVI's acceleration at the nodes
+    lam = scalarize(node_acceleration)(system, t, g, x, v, None)[1]
+    return v, lam, (M, S), rho
+
+
+def _saddle_blocks(system, g, x, v, t):
+    """``M`` and ``A M⁻¹ Aᵀ`` (the SPD pivot blocks of the saddle system) at ``(q, v, t)``."""
+    M = system.mass_matrix(g, x, v)
+    A = system.constraint_matrix(g, x, t)
+    return M, A @ small_solve_columns(M, A.T)
+
+
+def node_acceleration(system, t, g, x, v, control=None):
+    """``system.acceleration(t, g, x, v, control)`` as a module-level function of its arguments
+    alone: :func:`geomjax._scalarize.scalarize` caches its scalar program per system structure,
+    shared by :meth:`AbstractNonholonomicSystem.make_state` and every
+    :class:`~geomjax.NonholonomicVI` step."""
+    return system.acceleration(t, g, x, v, control)
 
 
 @eqx.filter_jit

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..lie import SE2, SO3, LieGroup, Rn
 from ..lie._math import mv
@@ -61,6 +63,38 @@ def _quad(M, v):
 def _J2(u):
     """Rotation by +90° in the plane: ``(x, y) -> (−y, x)`` (``e3 × u`` for horizontal ``u``)."""
     return jnp.stack([-u[..., 1], u[..., 0]], -1)
+
+
+# --- initial states from named coordinates --------------------------------------------------------
+# The arithmetic of the ``state`` helpers is one compiled function each (cached per structure):
+# evaluated op by op, a process's first state cost ~20 one-op XLA compilations (0.3 s).
+@eqx.filter_jit
+def _sleigh_arrays(x, y, theta, omega, v):
+    g = SE2.from_xytheta(x, y, theta)
+    xi = jnp.stack([omega, v, jnp.zeros_like(v)])
+    return g, xi.astype(jnp.result_type(g, xi))
+
+
+@eqx.filter_jit
+def _vertical_disk_arrays(radius, x, y, theta, phi, theta_dot, phi_dot):
+    g = jnp.stack([x, y, theta])
+    v = jnp.stack(
+        [radius * jnp.cos(phi) * theta_dot, radius * jnp.sin(phi) * theta_dot, theta_dot, phi_dot]
+    )
+    return g, phi[None], v
+
+
+@eqx.filter_jit
+def _ball_velocity(system, R, x, omega, t):
+    xd = system.rate(t) * _J2(x) - system.radius * _J2(omega[:2])
+    return jnp.concatenate([R.T @ omega, xd])
+
+
+@eqx.filter_jit
+def _rolling_disk_arrays(radius, x, y, phi, theta, psi, phi_dot, theta_dot, psi_dot):
+    g = SE2.from_xytheta(x, y, phi)
+    v = jnp.stack([phi_dot, radius * psi_dot, jnp.zeros_like(psi_dot), theta_dot, psi_dot])
+    return g, jnp.stack([theta, psi]), v
 
 
 # ================================================================================================
@@ -131,9 +165,8 @@ class ChaplyginSleigh(AbstractNonholonomicSystem):
     def state(self, x=0.0, y=0.0, theta=0.0, omega=0.0, v=0.0) -> NonholonomicState:
         """Consistent state at contact point ``(x, y)``, heading ``theta``, angular velocity
         ``omega`` and forward speed ``v``."""
-        g = SE2.from_xytheta(x, y, theta)
-        xi = jnp.stack([jnp.asarray(omega), jnp.asarray(v), jnp.zeros_like(jnp.asarray(v))])
-        return self.make_state(g, None, xi.astype(jnp.result_type(g, xi)))
+        g, xi = _sleigh_arrays(*(jnp.asarray(a) for a in (x, y, theta, omega, v)))
+        return self.make_state(g, None, xi)
 
     def closed_form(self, t, omega0, v0, theta0=0.0):
         """``(omega(t), v(t), theta(t))`` from the formulas above (``t`` any shape; ``omega0 ≠ 0``
@@ -327,13 +360,9 @@ class VerticalRollingDisk(AbstractNonholonomicSystem):
         )
 
     def state(self, x=0.0, y=0.0, theta=0.0, phi=0.0, theta_dot=1.0, phi_dot=0.0):
-        R = self.radius
-        phi, td = jnp.asarray(phi, float), jnp.asarray(theta_dot, float)
-        g = jnp.stack([jnp.asarray(x, float), jnp.asarray(y, float), jnp.asarray(theta, float)])
-        v = jnp.stack(
-            [R * jnp.cos(phi) * td, R * jnp.sin(phi) * td, td, jnp.asarray(phi_dot, float)]
-        )
-        return self.make_state(g, phi[None], v)
+        args = (jnp.asarray(a, float) for a in (x, y, theta, phi, theta_dot, phi_dot))
+        g, sh, v = _vertical_disk_arrays(self.radius, *args)
+        return self.make_state(g, sh, v)
 
     def closed_form(self, t, state0):
         """``(g(t), phi(t))``: ``g = (x, y, theta)`` ``(..., 3)`` and the heading ``(...,)``."""
@@ -439,11 +468,9 @@ class BallOnTurntable(AbstractNonholonomicSystem):
     def state(self, R=None, x=(1.0, 0.0), omega=(0.0, 0.0, 0.0), t=0.0):
         """Consistent state from the attitude, centre position and *spatial* angular velocity;
         the centre velocity follows from the rolling constraint."""
-        R = jnp.eye(3) if R is None else jnp.asarray(R, float)
-        x = jnp.asarray(x, float)
-        omega = jnp.asarray(omega, float)
-        xd = self.rate(t) * _J2(x) - self.radius * _J2(omega[:2])
-        return self.make_state(R, x, jnp.concatenate([R.T @ omega, xd]), t=t)
+        R = np.eye(3) if R is None else R
+        R, x, omega = (jnp.asarray(a, float) for a in (R, x, omega))
+        return self.make_state(R, x, _ball_velocity(self, R, x, omega, jnp.asarray(t)), t=t)
 
     @property
     def kappa(self):
@@ -580,10 +607,8 @@ class RollingDisk(AbstractNonholonomicSystem):
     def state(
         self, x=0.0, y=0.0, phi=0.0, theta=0.0, psi=0.0, phi_dot=0.0, theta_dot=0.0, psi_dot=0.0
     ):
-        g = SE2.from_xytheta(x, y, phi)
-        sh = jnp.stack([jnp.asarray(theta, float), jnp.asarray(psi, float)])
-        pd, td, sd = (jnp.asarray(a, float) for a in (phi_dot, theta_dot, psi_dot))
-        v = jnp.stack([pd, self.radius * sd, jnp.zeros_like(sd), td, sd])
+        args = (jnp.asarray(a, float) for a in (x, y, phi, theta, psi, phi_dot, theta_dot, psi_dot))
+        g, sh, v = _rolling_disk_arrays(self.radius, *args)
         return self.make_state(g, sh, v)
 
     def steady_psi_dot(self, theta, phi_dot):
