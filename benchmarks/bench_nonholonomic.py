@@ -414,12 +414,18 @@ def _turntable_rk4(system, dt, steps):
     return run
 
 
+#: seconds of each system's first ``state()`` call (filled by :func:`_speed_cases`)
+STATE_FIRST_CALL: dict = {}
+
+
 def _speed_cases(fast):
     """(name, system, state0, dt, reference RK4, its initial vector)."""
     steps = 200 if fast else 2000
     m, Ic, a, dt = 1.3, 0.4, 0.25, 1e-3
     sleigh = gj.ChaplyginSleigh(m, Ic, a)
+    t0 = time.perf_counter()  # the first state of a process: its compilations included
     s0 = sleigh.state(0.0, 0.0, 0.3, omega=1.5, v=-0.4)
+    STATE_FIRST_CALL["sleigh: first state() s"] = time.perf_counter() - t0
     yield (
         "sleigh",
         sleigh,
@@ -430,7 +436,9 @@ def _speed_cases(fast):
         jnp.array([1.5, -0.4, 0.3, 0.0, 0.0]),
     )
     ball = gj.BallOnTurntable(mass=1.0, radius=0.5, table_rate=0.8)
+    t0 = time.perf_counter()
     b0 = ball.state(x=(1.0, 0.3), omega=(0.4, -0.2, 0.7))
+    STATE_FIRST_CALL["ball on turntable: first state() s"] = time.perf_counter() - t0
     om = b0.g @ b0.v[:3]
     y0 = jnp.concatenate([b0.g.reshape(9), b0.x, b0.v[3:], om[2:3]])
     yield "ball on turntable", ball, b0, dt, steps, _turntable_rk4(ball, dt, steps), y0
@@ -513,7 +521,7 @@ def speed(fast):
                         "max_residual": residual.get(label),
                     }
                 )
-    return rows, first
+    return rows, {**STATE_FIRST_CALL, **first}
 
 
 _JAXPR_ARITH = {"mul", "add", "add_any", "sub", "div", "neg", "sqrt", "select_n", "max"}
