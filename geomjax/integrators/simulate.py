@@ -342,6 +342,7 @@ def simulate(
         # time) instead of an equinox runtime error wrapped in a long XLA trace
         sol = simulate(**{**args, "method": dataclasses.replace(method, on_failure="report")})
         return sol.check(getattr(method, "tol", None))
+    state0 = _as_state_type(system, state0)
     if check_inputs and hasattr(system, "check_state"):
         if getattr(system, "time_aware", False):  # time-dependent constraints: check at t0
             state0 = system.check_state(state0, "state0", t=t0)
@@ -476,6 +477,28 @@ def _control_chunk(blocks, save_every: int) -> int:
         if save_every % c == 0 and c * per_step <= _CHUNK_BYTES:
             return c
     return 1
+
+
+def _as_state_type(system, state0):
+    """``state0`` as ``system.state_type`` (checked whatever ``check_inputs`` says: a structural
+    test, no computation).  A ``(g, mu)`` state of another type (e.g. a
+    :class:`~geomjax.LieGroupState` for a :class:`~geomjax.RigidBody`) is converted, as
+    ``check_state`` does; anything else is a ``ValueError`` naming ``state0``."""
+    want = getattr(system, "state_type", None)
+    if want is None or isinstance(state0, want):
+        return state0
+    from ..systems.base import AbstractLieGroupSystem
+
+    if (
+        isinstance(system, AbstractLieGroupSystem)
+        and hasattr(state0, "g")
+        and hasattr(state0, "mu")
+    ):
+        return system.make_state(state0.g, state0.mu)
+    raise ValueError(
+        f"simulate: argument 'state0' must be a {want.__name__} for {type(system).__name__} "
+        f"(e.g. from its make_state or state helpers), got {type(state0).__name__}"
+    )
 
 
 def _traced(*trees) -> bool:

@@ -368,3 +368,19 @@ def test_bad_inputs_raise_clear_errors():
         )
     with pytest.raises(ValueError, match="'method'"):
         gj.simulate(RB, "LGVI", S0, 0.01, 10)
+
+
+@pytest.mark.parametrize("check_inputs", [True, False])
+def test_state_of_another_type_is_converted_or_named(check_inputs):
+    """A ``(g, mu)`` state of another type is the same state (converted, as ``check_state``
+    does, also without the input checks); a state of an unrelated kind is a clear error naming
+    ``state0`` (before: a pytree-structure error from inside the scan)."""
+    ref = gj.simulate(RB, gj.LGVI(), S0, 0.01, 10)
+    got = gj.simulate(
+        RB, gj.LGVI(), gj.LieGroupState(S0.R, S0.Pi), 0.01, 10, check_inputs=check_inputs
+    )
+    assert isinstance(got.final_state, gj.RigidBodyState)
+    np.testing.assert_array_equal(got.final_state.Pi, ref.final_state.Pi)
+    ball = gj.BallOnTurntable(mass=1.0, radius=0.5, table_rate=0.8)
+    with pytest.raises(ValueError, match="'state0' must be a NonholonomicState"):
+        gj.simulate(ball, gj.NonholonomicVI(), S0, 0.01, 10, check_inputs=check_inputs)
