@@ -31,7 +31,8 @@ indices become the selections they are).  The outputs are joined by one fused ke
   function without a closure) is cached per shapes, dtypes and static arguments: the same
   residual traced again (inside a Newton loop and at its root, in another compilation of the
   same system) costs one ``jax.core.eval_jaxpr``.  A function that reads a tracer of the
-  enclosing trace is never cached.
+  enclosing trace is never cached.  As with ``jax.jit``'s own cache, a global that the function
+  reads and that is redefined later (a notebook cell) is not seen: the key is the function.
 * Meant for small arrays (the trace grows with the number of entries, and with the product of
   the sizes for ``dot_general``): arrays above ``max_size`` entries also fall back.
 """
