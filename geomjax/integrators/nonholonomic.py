@@ -394,16 +394,20 @@ class NonholonomicVI(AbstractMethod):
     # steps.  The seed has no derivative (newton_solve ignores it).
     def init(self, system, state, t=0.0):
         t = jnp.asarray(t, state.v.dtype)
-        sc = scalarize if self.scalarize else (lambda f: f)
-        # scalarized like the step's own acceleration (finish): the array form compiled into
-        # ~100 small kernels and cost a third of a jitted simulate's compile time (ball on a
-        # turntable: 0.46 s of 1.14 s)
-        vdot, _ = sc(node_acceleration)(system, t, state.g, state.x, state.v, None)
-        # restacked plainly: carried into the time loop straight from the scalarized program's
-        # fused output stack, the loop ran 3% slower at batch 1024 (ball on a turntable: 289
-        # against 280 ns per body-step, measured; the same numbers)
-        vdot = jnp.stack(jax.lax.unstack(vdot))
+        # the same scalarized program as the step's acceleration at q_{k+1}: the array form
+        # compiled into ~100 small kernels and cost a third of a jitted simulate's compile time
+        # (ball on a turntable: 0.46 s of 1.14 s)
+        vdot, _ = self._sc(node_acceleration)(system, t, state.g, state.x, state.v, None)
+        if self.scalarize:
+            # restacked plainly: carried into the time loop straight from the scalarized
+            # program's fused output stack, the loop ran 3% slower at batch 1024 (ball on a
+            # turntable: 289 against 280 ns per body-step, measured; the same numbers)
+            vdot = jnp.stack(jax.lax.unstack(vdot))
         return state, jax.lax.stop_gradient(vdot)
+
+    def _sc(self, fun):
+        """``fun`` scalarized (:func:`geomjax._scalarize.scalarize`) unless ``scalarize=False``."""
+        return scalarize(fun) if self.scalarize else fun
 
     def finalize(self, system, carry):
         return carry[0]
@@ -433,8 +437,7 @@ class NonholonomicVI(AbstractMethod):
         t = jnp.asarray(t, dtype)
         k = system.n_velocities
         params, static = eqx.partition(system, eqx.is_array)
-
-        sc = scalarize if self.scalarize else (lambda f: f)
+        sc = self._sc
 
         # 1. discrete Legendre transform + discrete constraint: step velocity w and lam_a
         A0, p0, z0 = sc(_start)(system, g, x, v, state.lam, vdot, h, t, control)
