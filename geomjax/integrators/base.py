@@ -37,6 +37,10 @@ class AbstractMethod(eqx.Module):
     #: ``Φ_{−h} ∘ Φ_h = id`` (with the same control, from time ``t + h``): the step is its own
     #: inverse with ``−dt`` (used by :class:`geomjax.Composition` and :class:`geomjax.ReversibleAdjoint`)
     symmetric: ClassVar[bool] = False
+    #: whether :class:`geomjax.ReversibleAdjoint` carries the backward step's state and
+    #: cotangents as one fused vector (float64, up to 32 entries); an opt-in because it was
+    #: measured faster for the LGVI and slower for NonholonomicVI (adjoint._packed_carry)
+    packs_reverse_carry: ClassVar[bool] = False
 
     @abc.abstractmethod
     def step(self, system, state, dt, control=None, t=0.0):

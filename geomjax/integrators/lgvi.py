@@ -122,6 +122,7 @@ class LGVI(AbstractMethod):
     early_exit: bool = eqx.field(static=True, default=True)
     order: ClassVar[int] = 2
     symmetric: ClassVar[bool] = True
+    packs_reverse_carry: ClassVar[bool] = True  # measured: adjoint._packed_carry
 
     def __check_init__(self):
         if not isinstance(self.early_exit, bool):

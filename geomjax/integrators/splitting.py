@@ -86,10 +86,13 @@ class RigidBodySplitting(AbstractMethod):
         has_force = getattr(system, "force", None) is not None
         needs_kick = system.has_potential or control is not None or has_force
         F0 = system.external_force(t, R, Pi) if has_force else None
+        # the sub-flows read the carry's scalar entries directly (a slice of the carry, not of a
+        # rebuilt vector: ReversibleAdjoint feeds the carry as scalars, see adjoint._Scalars)
+        Rs, Ps = soa.split(carry)
         if needs_kick:
             f0 = conservative(R)
             Pi = Pi + 0.5 * h * (f0 if F0 is None else f0 + F0)
-        Rs, Ps = soa.split(soa.to_carry(R, Pi))
+            Ps = tuple(Pi[i] for i in range(3))
         for i, tau in ((0, 0.5), (1, 0.5), (2, 1.0), (1, 0.5), (0, 0.5)):
             Rs, Ps = soa.axis_flow(Rs, Ps, inv_I, i, tau * h, self.exact_subflows)
         if needs_reorthonormalization(self.reorthonormalize, Pi.dtype):
