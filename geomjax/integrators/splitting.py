@@ -97,6 +97,8 @@ class RigidBodySplitting(AbstractMethod):
             Rs, Ps = soa.axis_flow(Rs, Ps, inv_I, i, tau * h, self.exact_subflows)
         if needs_reorthonormalization(self.reorthonormalize, Pi.dtype):
             Rs = soa.bjorck(Rs)
+        if not needs_kick:  # the carry straight from the scalars (no reshape to transpose)
+            return soa.join(Rs, Ps), StepStats.explicit(Pi.dtype)
         R, Pi = soa.from_carry(soa.join(Rs, Ps))
         if needs_kick:
             Pi = Pi + 0.5 * h * conservative(R)
