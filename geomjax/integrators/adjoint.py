@@ -83,6 +83,16 @@ unless said; figures from before the handover and before :mod:`geomjax._xla` unl
   sub-flows read the carry's entries directly (they sliced a vector rebuilt from it, whose
   transpose is a ``pad`` per entry: the whole VJP was recomputed per entry).
 
+A :class:`~geomjax.Composition` is reversed stage by stage: its step is the base step with
+``γ_i h`` at ``t + (γ_1 + … + γ_{i−1}) h``, so the backward step is a reverse scan over the stages,
+each a reverse base step and the VJP of the base step at the rebuilt stage state (nested
+compositions are flattened; the parameter-only part is evaluated per stage coefficient, outside
+the loop).  Differentiating the scan over the stages as one step instead kept the base step's
+split and scalar state from applying.  Measured (2-core CPU, float64, 300 steps, gradient time
+over forward time, ``"suzuki4"``, stage by stage against the whole step, same run): batch 256:
+LGVI 7.6× → 3.5×, Chaplygin sleigh (NonholonomicVI) 3.9× → 2.8×, splitting 27.5× → 6.0× (plain
+reverse mode 14×, 7.3×, 47×); batch 1: 3.8× → 3.2×, 3.6× → 2.9×, 7.8× → 6.7×.
+
 Two details make the VJP cheap under ``vmap`` (unbatched parameters, batched states: the
 parameter cotangent is per-example).  XLA:CPU fused the whole per-step VJP into the loops that
 write the cotangents of *sliced* arrays (the transpose of ``c[i]`` is a ``pad``) and recomputed
@@ -471,6 +481,46 @@ def _max_abs_diff(a, b):
     )
 
 
+def _composition_stages(method):
+    """``(base method, stage coefficients)`` of a (nested) :class:`~geomjax.Composition`: its step
+    is the base step with ``γ_i h`` at ``t + (γ_1 + … + γ_{i−1}) h``, stage after stage; None for
+    any other method."""
+    from .composition import Composition
+
+    if not isinstance(method, Composition):
+        return None
+    inner = _composition_stages(method.method)
+    base, sub = inner if inner is not None else (method.method, (1.0,))
+    return base, tuple(float(g) * d for g in method.coefficients for d in sub)
+
+
+def _base_of(tree, n_levels):
+    """(system, method) with the method replaced by its ``n_levels``-deep inner method (works on
+    partitioned trees too)."""
+    system, method = tree
+    for _ in range(n_levels):
+        method = method.method
+    return system, method
+
+
+def _nesting(method):
+    from .composition import Composition
+
+    n = 0
+    while isinstance(method, Composition):
+        method, n = method.method, n + 1
+    return n
+
+
+def _with_base(method, base, n_levels):
+    """``method`` (a nested composition, possibly partitioned) with its ``n_levels``-deep inner
+    method replaced by ``base``."""
+    if n_levels == 0:
+        return base
+    inner = _with_base(method.method, base, n_levels - 1)
+    return eqx.tree_at(lambda m: m.method, method, inner, is_leaf=lambda x: x is None)
+
+
 @_reversible.def_bwd
 def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
     # plain stacks in the backward pass (geomjax._linalg.plain_stacks: the reconstructed state
@@ -539,6 +589,34 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
                 res[i] = r
             return res
 
+    # a composition: its backward step runs stage by stage with the base method (reverse stage,
+    # VJP of the stage), so the base step's split and scalar state apply (whole-step VJP of the
+    # scan over stages: 8.5x the forward run, Composition(LGVI, "yoshida4"), batch 1024)
+    stages = _composition_stages(method)
+    if stages is not None:
+        depth = _nesting(method)
+        b_static, b_params = _base_of(static, depth), _base_of(params, depth)
+        b_sols = jax.eval_shape(
+            lambda x1, t1, u: _reverse(b_static, b_params, x1, t1, dt, u, handover=True)[1],
+            x_shape,
+            t_shape,
+            u_shape,
+        )
+        b_inv = _split_invariant(b_static, b_params, dt, x_shape, u_shape, t_shape, need_dt, b_sols)
+        if b_inv is None:
+            stages = None  # the whole-step backward below
+        else:
+            inv, handover = b_inv, b_sols is not None
+            gammas = jnp.asarray(stages[1], dtype)
+
+            def known_stages(p, d):
+                # every residual per stage, stacked along a leading stage axis
+                sets = [inv.known(p, g * d) for g in gammas]
+                return tuple(jnp.stack(r) for r in zip(*sets))
+
+            residuals_st = known_stages(b_params, dt)
+            res_d = tuple(residuals_st[i] for i in inv.diff)
+
     def to_ct(a):
         return a if inv is None else _to_scalars(a)
 
@@ -599,6 +677,48 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_p = jax.tree_util.tree_map(jnp.add, ct_p, ct_pk)
         return (x0, t0_, ct_x0, ct_t0, ct_p, ct_dt + ct_dtk), ct_u
 
+    def one_step_stages(c, u):
+        # a composed step backwards: its stages in reverse order (see known_stages)
+        x1, t1, ct_x, ct_t, ct_r, ct_dt = c
+
+        def stage(sc, xs):
+            x1, t1, ct_x, ct_t = sc
+            res_i, dt_i = xs
+            if handover:
+                x0, sols = _reverse(b_static, b_params, x1, t1, dt_i, u, handover=True)
+            else:
+                x0, sols = _reverse(b_static, b_params, x1, t1, dt_i, u), None
+            t0_ = t1 - dt_i
+
+            def with_diff_i(rd):
+                res = list(res_i)
+                for i, r in zip(inv.diff, rd):
+                    res[i] = r
+                return res
+
+            def f(x, rd, *extra):
+                extra = list(extra)
+                uu = extra.pop(0) if need_u else u
+                tt = extra.pop(0) if need_t else t0_
+                x_next, t_next = inv.unknown(with_diff_i(rd), x, uu, tt, sols)
+                return (x_next, t_next) if need_t else x_next
+
+            extra = [v for v, need in ((u, need_u), (t0_, need_t)) if need]
+            rd_i = tuple(res_i[i] for i in inv.diff)
+            _, vjp = jax.vjp(f, _to_scalars(x0), rd_i, *extra)
+            cts = list(vjp((_from_scalars(ct_x), ct_t) if need_t else _from_scalars(ct_x)))
+            rest = cts[2:]
+            ct_u = rest.pop(0) if need_u else None
+            ct_t0 = rest.pop(0) if need_t else ct_t
+            return (x0, t0_, cts[0], ct_t0), (cts[1], ct_u)
+
+        (x0, t0_, ct_x, ct_t), (ct_rk, ct_us) = jax.lax.scan(
+            stage, (x1, t1, ct_x, ct_t), (residuals_st, gammas * dt), reverse=True
+        )
+        ct_r = jax.tree_util.tree_map(jnp.add, ct_r, ct_rk)
+        ct_u = None if ct_us is None else jax.tree_util.tree_map(lambda a: a.sum(0), ct_us)
+        return (x0, t0_, ct_x, ct_t, ct_r, ct_dt), ct_u
+
     def block(c, xs):
         ct_x, ct_t, ct_p, ct_dt, worst = c
         s_end, s_start, ct_end, t_end, ct_t_end, us = xs
@@ -607,6 +727,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_x = jax.tree_util.tree_map(jnp.add, ct_x, to_ct(ct_to_carry(s_end, ct_end)))
         ct_t = ct_t + ct_t_end
         body = one_step if inv is None else one_step_hoisted
+        if stages is not None:
+            body = one_step_stages
         carry = (x, t_end, ct_x, ct_t, ct_p, ct_dt)
         packed = _packed_carry(carry) if pack_carry else None
         if packed is not None:  # the carry as one fused vector (see _packed_carry)
@@ -654,7 +776,16 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     ct_controls = None
     if need_u:
         ct_controls = jax.tree_util.tree_map(lambda a, u: jnp.reshape(a, u.shape), ct_us, controls)
-    if inv is not None:  # the residual cotangents pulled back to the parameters, once
+    if stages is not None:  # per stage, pulled back to the base method's parameters, once
+        _, vjp_known = jax.vjp(
+            lambda p, d: tuple(known_stages(p, d)[i] for i in inv.diff), b_params, dt
+        )
+        ct_b, ct_dt_known = vjp_known(ct_p)
+        if need_dt:
+            ct_dt = ct_dt + ct_dt_known
+        # the method's cotangent has the composition's structure (its arrays are the base's)
+        ct_p = (ct_b[0], _with_base(params[1], ct_b[1], _nesting(method)))
+    elif inv is not None:  # the residual cotangents pulled back to the parameters, once
         _, vjp_known = jax.vjp(lambda p, d: tuple(inv.known(p, d)[i] for i in inv.diff), params, dt)
         ct_p, ct_dt_known = vjp_known(ct_p)
         if need_dt:
