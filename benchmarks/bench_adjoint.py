@@ -45,7 +45,9 @@ def _near_sqrt_divisor(n):
     return min(divs, key=lambda d: abs(math.log(d) - 0.5 * math.log(n)))
 
 
-def lgvi_loss(steps, mode):
+def lgvi_loss(steps, mode, method=None):
+    method = gj.LGVI() if method is None else method
+
     def loss(pi0, moments):
         kw = {}
         if mode == "checkpoint":
@@ -56,7 +58,7 @@ def lgvi_loss(steps, mode):
             kw = {"save_every": steps}
         r0 = R0.astype(pi0.dtype)  # the state's dtype sets the precision of the run
         sol = gj.simulate(
-            gj.RigidBody(moments), gj.LGVI(), gj.RigidBodyState(r0, pi0), DT, steps, **kw
+            gj.RigidBody(moments), method, gj.RigidBodyState(r0, pi0), DT, steps, **kw
         )
         s = sol.final_state
         return jnp.sum(W_R * s.R) + jnp.sum(W_PI * s.Pi)
@@ -255,6 +257,49 @@ def main(argv=None):
         title=f"batch {batch}, {nb} steps (gradient w.r.t. the batched Pi0 and the shared I)",
     )
 
+    # the other symmetric methods at batch 1024: the splitting, compositions (reversed stage by
+    # stage), forward run and ReversibleAdjoint gradient w.r.t. the batched Pi0 and the shared I
+    def batched_m(mode, method):
+        loss = lgvi_loss(nb, mode, method)
+        return lambda pis, m: jnp.sum(jax.vmap(loss, in_axes=(0, None))(pis, m))
+
+    others = {
+        "RigidBodySplitting": gj.RigidBodySplitting(),
+        'Composition(LGVI, "suzuki4")': gj.Composition(gj.LGVI(), "suzuki4"),
+        'Composition(RigidBodySplitting, "suzuki4")': gj.Composition(
+            gj.RigidBodySplitting(), "suzuki4"
+        ),
+    }
+    orows = []
+    for mname, method in others.items():
+        ores = measure_side_by_side(
+            {
+                "forward": batched_m("plain", method),
+                "ReversibleAdjoint (Pi0, I)": jax.grad(
+                    batched_m("reversible", method), argnums=(0, 1)
+                ),
+                "ReversibleAdjoint (Pi0)": jax.grad(batched_m("reversible", method), argnums=0),
+            },
+            pis,
+            MOMENTS,
+            fast=fast,
+        )
+        for name, (c, r, _temp) in ores.items():
+            orows.append(
+                {
+                    "method": mname,
+                    "run": name,
+                    "compile s": c,
+                    "ns/body-step": r / (nb * batch) * 1e9,
+                    "/forward": r / ores["forward"][1],
+                }
+            )
+    print_table(
+        orows,
+        ["method", "run", "compile s", "ns/body-step", "/forward"],
+        title=f"batch {batch}, {nb} steps, float64: other symmetric methods",
+    )
+
     # reconstruction error of the initial state, and what it does to the gradient: regular
     # (free body) vs chaotic (heavy top) motion; re-anchoring at saved states (save_every)
     top = gj.RigidBody(MOMENTS, HeavyTop(1.0, 9.81, [0.3, 0.2, 0.4]))
@@ -323,6 +368,7 @@ def main(argv=None):
             "batch1": rows,
             "memory": mrows,
             "batch1024": brows,
+            "batch1024_other_methods": orows,
             "batch1024_steps": nb,
             "reconstruction": rrows,
         },

@@ -27,13 +27,16 @@ rebuilt from the final one.
 When to fall back to ``checkpoint=True``: in a chaotic run the backward reconstruction amplifies
 round-off like ``eps · exp(λ_max T)`` (the forward map's largest Lyapunov exponent), and the
 gradient's error follows the reconstruction error (measured, float64, ``bench_adjoint.py``:
-free body, T = 100: reconstruction 4e-13, gradient 1.5e-13 relative to plain reverse mode;
-chaotic heavy top, T = 10: 6e-13 / 1e-12, T = 100: 4e-7 / 2e-7).  Once
+free body, T = 100: reconstruction 4e-13, gradient 5e-14 relative to plain reverse mode;
+chaotic heavy top, T = 10: 2e-13 / 5e-13, T = 100: 6e-8 / 8e-8; stop 25).  Once
 :func:`reconstruction_error` over the span between two saved states is no longer small compared
 to the accuracy you need from the gradient (e.g. > 1e-8 relative), save more often — a smaller
-``save_every`` re-anchors the reconstruction at each saved state (heavy top, T = 100: 1e-11
-with a saved state every 1000 steps, 2e-13 every 100; memory ``O(steps / save_every)``) — or use
-``checkpoint=True``.  Dissipative constrained systems (the Chaplygin sleigh's velocity relaxes
+``save_every`` re-anchors the reconstruction at each saved state (heavy top: the reconstruction
+error over 1000 steps is 2e-13, over 10^4 steps 6e-8; memory ``O(steps / save_every)``) — or use
+``checkpoint=True``.  (Against plain reverse mode the heavy top's gradient at T = 100 differs by
+3e-8 whatever the anchoring, re-measured at stop 25: the two compiled forward runs already differ
+there, the loss values by 8e-8, XLA's round-off amplified by the chaos; an earlier figure of
+1e-11 / 2e-13 with anchors every 1000 / 100 steps no longer reproduces.)  Dissipative constrained systems (the Chaplygin sleigh's velocity relaxes
 onto an attractor) are the same case: what contracts forwards expands backwards.  Unconverged
 implicit solves are not symmetric: check ``Solution.max_residual`` as always.
 
@@ -130,6 +133,10 @@ class ReversibleAdjoint(eqx.Module):
     without storing the trajectory (module docstring).  The forward pass is exactly that of
     ``simulate`` (bitwise); only ``jax.grad``/``jax.vjp`` change.
 
+    Parameters are differentiated as arrays of the system, the method, ``dt``, ``t0`` and the
+    controls: a parameter of a user function (a potential, a force) must be a leaf of the
+    system's pytree (e.g. ``equinox.Partial(force, c)``), not a traced value closed over.
+
     Arguments:
         tol: if given, the backward pass raises (``equinox.error_if``) when a state
             reconstructed at a saved state differs from the stored one by more than ``tol``
@@ -144,7 +151,8 @@ class ReversibleAdjoint(eqx.Module):
                 f"simulate: adjoint=ReversibleAdjoint() needs a symmetric method (method.symmetric); "
                 f"{type(method).__name__} is not: use checkpoint=True"
             )
-        if getattr(system, "force", None) is not None:
+        base = getattr(method, "base", method)  # a composition's base step
+        if _has_external_force(system) and not getattr(base, "symmetric_with_force", False):
             raise ValueError(
                 "simulate: adjoint=ReversibleAdjoint() cannot reverse a velocity-dependent external "
                 "'force' (the step is not symmetric): use checkpoint=True"
@@ -160,6 +168,16 @@ class ReversibleAdjoint(eqx.Module):
         self.check(system, method, controls)
         args = (state0, system, method, dt, t0, controls)
         return _reversible(args, simulate, steps=steps, save_every=save_every, tol=self.tol)
+
+
+def _has_external_force(system) -> bool:
+    """Whether ``system`` has a user-given external force: the ``force`` attribute of the
+    rigid-body systems, the ``force_fn`` of :class:`geomjax.LagrangianSystem` (whose ``force``
+    method also returns the control when there is no force)."""
+    if hasattr(system, "force_fn"):
+        return system.force_fn is not None
+    force = getattr(system, "force", None)
+    return force is not None and not callable(getattr(type(system), "force", None))
 
 
 def _primal(args, simulate, *, steps, save_every, tol):

@@ -349,3 +349,40 @@ def test_composition_of_nonholonomic_vi():
     b = jax.jit(jax.grad(lambda v, r: loss(v, r, REV), argnums=(0, 1)))(*args)
     for x, y in zip(a, b):
         assert _rel(y, x) < 1e-8
+
+
+def _damping(c, t, q, v, u):
+    return -c * v
+
+
+@pytest.mark.parametrize("case", ["del", "del-force", "composition"])
+def test_discrete_euler_lagrange_gradients_equal_plain_reverse_mode(case):
+    """DiscreteEulerLagrange (coordinates; symmetric also with a velocity-dependent force,
+    placed symmetrically) and its composition: a double pendulum, gradient with respect to the
+    initial angles and the damping, states saved every 10 steps; equal to plain reverse mode
+    (observed <= 2e-15 relative, asserted 1e-10).  (Before, any LagrangianSystem was refused
+    as having a 'force': its force method answered for the controls.)"""
+
+    def loss(q0, c, adjoint):
+        def L(q, v):
+            a, b = q
+            K = v[0] ** 2 + 0.5 * v[1] ** 2 + v[0] * v[1] * jnp.cos(a - b)
+            return K + 2 * 9.81 * jnp.cos(a) + 9.81 * jnp.cos(b)
+
+        # a parameter of a force must be a leaf of the system (equinox.Partial), not a value
+        # closed over: ReversibleAdjoint differentiates the system's arrays
+        force = eqx.Partial(_damping, c) if case == "del-force" else None
+        system = gj.LagrangianSystem(L, dim=2, force=force)
+        method = gj.DiscreteEulerLagrange()
+        if case == "composition":
+            method = gj.Composition(method, "yoshida4")
+        st = system.make_state(q0, jnp.array([0.1, -0.2]))
+        sol = gj.simulate(system, method, st, 0.02, 40, adjoint=adjoint, save_every=10)
+        return jnp.sum(jnp.sin(sol.final_state.q)) + jnp.sum(sol.states.q**2)
+
+    args = (jnp.array([0.5, -0.3]), jnp.array(0.05))
+    a = jax.jit(jax.grad(lambda q, c: loss(q, c, None), argnums=(0, 1)))(*args)
+    b = jax.jit(jax.grad(lambda q, c: loss(q, c, REV), argnums=(0, 1)))(*args)
+    assert _rel(b[0], a[0]) < 1e-10
+    if case == "del-force":
+        assert _rel(b[1], a[1]) < 1e-10
