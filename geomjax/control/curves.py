@@ -18,6 +18,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "AbstractPath",
@@ -309,7 +310,7 @@ class Trajectory(eqx.Module):
             raise ValueError(f"Trajectory: argument 'path' must be a path, got {type(path)}")
         duration = _as_float(duration)
         if duration.shape != () or (
-            not isinstance(duration, jax.core.Tracer) and not bool(duration > 0)
+            not isinstance(duration, jax.core.Tracer) and not bool(np.asarray(duration) > 0)
         ):
             raise ValueError(
                 f"Trajectory: argument 'duration' must be a positive scalar, got {duration}"

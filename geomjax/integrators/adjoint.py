@@ -462,7 +462,8 @@ def _packed_carry(carry):
     adjoint solve) in each (``_Invariant``'s note).  A single fused output evaluates them once.
     Measured (2-core CPU, float64, free body LGVI, 1000 steps, gradient time over forward time):
     batch 1024, states 3.49× → 3.12×, states and inertia 4.96× → 3.29×; batch 1 2.52× → 1.98×
-    and 3.43× → 2.09×.  Not applied where it was measured slower: in float32 (batch 1024: 4.3× →
+    and 3.43× → 2.09×.  :class:`~geomjax.RigidBodySplitting` (27–32 entries): batch 1024 7.8× →
+    6.2× and 15.0× → 7.2×; batch 1 4.4× → 2.7× and 7.1× → 2.9×; batch 256 unchanged (6.0×).  Not applied where it was measured slower: in float32 (batch 1024: 4.3× →
     5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh 35 entries, batch 256: 2.6×
     → 4.4×), hence the method's opt-in (``packs_reverse_carry``)."""
     leaves, treedef = jax.tree_util.tree_flatten(carry)

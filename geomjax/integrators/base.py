@@ -39,7 +39,8 @@ class AbstractMethod(eqx.Module):
     symmetric: ClassVar[bool] = False
     #: whether :class:`geomjax.ReversibleAdjoint` carries the backward step's state and
     #: cotangents as one fused vector (float64, up to 32 entries); an opt-in because it was
-    #: measured faster for the LGVI and slower for NonholonomicVI (adjoint._packed_carry)
+    #: measured faster for the LGVI and the splitting, slower for NonholonomicVI
+    #: (adjoint._packed_carry)
     packs_reverse_carry: ClassVar[bool] = False
 
     @abc.abstractmethod

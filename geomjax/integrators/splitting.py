@@ -42,6 +42,7 @@ class RigidBodySplitting(AbstractMethod):
     reorthonormalize: bool | None = eqx.field(static=True, default=None)
     order: ClassVar[int] = 2
     symmetric: ClassVar[bool] = True
+    packs_reverse_carry: ClassVar[bool] = True  # measured: adjoint._packed_carry
 
     def supports(self, system) -> bool:
         return isinstance(system, AbstractLieGroupSystem) and isinstance(

@@ -48,7 +48,7 @@ def _scalar(value, name, where, positive=True):
     if a.shape != ():
         raise ValueError(f"{where}: argument '{name}' must be a scalar, got shape {a.shape}")
     a = check_finite(a, name, where)
-    if positive and not isinstance(a, jax.core.Tracer) and not bool(a > 0):
+    if positive and not isinstance(a, jax.core.Tracer) and not bool(np.asarray(a) > 0):
         raise ValueError(f"{where}: argument '{name}' must be positive, got {float(a)}")
     return a
 
@@ -693,7 +693,7 @@ class SuslovProblem(AbstractNonholonomicSystem):
         if a.shape != (3,):
             raise ValueError(f"{where}: argument 'a' must have shape (3,), got {a.shape}")
         a = check_finite(a, "a", where)
-        if not isinstance(a, jax.core.Tracer) and not bool(jnp.linalg.norm(a) > 0):
+        if not isinstance(a, jax.core.Tracer) and not bool(np.linalg.norm(np.asarray(a)) > 0):
             raise ValueError(f"{where}: argument 'a' must be nonzero")
         self.a = a
 

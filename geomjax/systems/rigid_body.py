@@ -108,7 +108,7 @@ def _inertia3(inertia, where):
         I = I.astype(jnp.result_type(float))
     if I.shape == (3,):
         check_finite(I, "inertia", where)
-        if not isinstance(I, jax.core.Tracer) and bool(jnp.any(I <= 0)):
+        if not isinstance(I, jax.core.Tracer) and bool(np.any(np.asarray(I) <= 0)):
             raise ValueError(
                 f"{where}: argument 'inertia' (principal moments) must be positive, got {I}"
             )
@@ -227,7 +227,7 @@ class RigidBodySE3(EulerPoincareSystem):
                 raise ValueError(
                     f"RigidBodySE3: argument 'mass' must be a scalar, got shape {m.shape}"
                 )
-            if not isinstance(m, jax.core.Tracer) and not bool(m > 0):
+            if not isinstance(m, jax.core.Tracer) and not bool(np.asarray(m) > 0):
                 raise ValueError(f"RigidBodySE3: argument 'mass' must be positive, got {float(m)}")
             H = newton_euler_inertia(m, inertia, com)
         super().__init__(SE3, check_spd(H, "inertia6", "RigidBodySE3", 6), potential, force)

@@ -213,3 +213,21 @@ def test_triangle_inequality_warning():
         RigidBody(jnp.array([1.0, 1.0, 3.0]), generalized=True)
         RigidBody(jnp.array([1.0, 2.0, 3.0]))  # a planar lamina: I1 + I2 = I3 exactly
         RigidBody(jnp.diag(jnp.array([2.0, 1.0, 1.0])))
+
+
+def test_systems_built_inside_jit_from_module_level_arrays():
+    """A system built inside a jitted function from concrete arrays of the enclosing module
+    (values known, but every operation on them is traced): the eager positivity checks read
+    the values with NumPy (before stop 25 they compared with jnp and raised
+    TracerBoolConversionError); the results equal the eager construction's."""
+    import jax
+
+    M, m, a, T = I123, jnp.array(1.3), jnp.array([0.0, 0.0, 0.4]), jnp.array(2.0)
+    np.testing.assert_array_equal(jax.jit(lambda: RigidBody(M).inertia)(), RB.inertia)
+    np.testing.assert_array_equal(
+        jax.jit(lambda: RigidBodySE3(m, M).inertia)(), RigidBodySE3(m, M).inertia
+    )
+    assert float(jax.jit(lambda: ChaplyginSleigh(m, m, m).mass)()) == 1.3
+    loop = gj.control.FourierLoop.circle(jnp.array([0.8, 0.0]), 0.3, modes=2)
+    assert float(jax.jit(lambda: gj.control.Trajectory(loop, T).duration)()) == 2.0
+    np.testing.assert_array_equal(jax.jit(lambda: SuslovProblem(M, a).a)(), a)
