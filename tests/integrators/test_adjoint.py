@@ -301,7 +301,7 @@ def test_splitting_gradients_equal_plain_reverse_mode(potential):
     "method",
     [
         gj.Composition(gj.LGVI(), "yoshida4", loop="scan"),
-        gj.Composition(gj.Composition(gj.LGVI(), "yoshida4"), "suzuki4", loop="unroll"),
+        gj.Composition(gj.Composition(gj.LGVI(), "yoshida4"), "yoshida4"),
         gj.Composition(gj.RigidBodySplitting(), "suzuki4"),
     ],
     ids=["yoshida4", "nested", "splitting"],
@@ -310,7 +310,7 @@ def test_composition_backward_runs_stage_by_stage(method, monkeypatch):
     """A composition's backward step runs its stages in reverse with the base method
     (adjoint._composition_stages; nested compositions flattened): every parameter (initial
     momentum, inertia, potential parameters, dt, the control sequence, held over the stages),
-    states saved every 10 steps, equals plain reverse mode to round-off (observed <= 2e-13
+    states saved every 10 steps, equals plain reverse mode to round-off (observed <= 3e-13
     relative, asserted 1e-10).  The stage path is taken (spied)."""
     from geomjax.integrators import adjoint as adj
 
@@ -323,7 +323,7 @@ def test_composition_backward_runs_stage_by_stage(method, monkeypatch):
     assert (
         seen
         and seen[-1] is not None
-        and len(seen[-1][1]) == (15 if isinstance(method.method, gj.Composition) else method.stages)
+        and len(seen[-1][1]) == (9 if isinstance(method.method, gj.Composition) else method.stages)
     )
     for name in p:
         assert _rel(rev[name], plain[name]) < 1e-10, name
