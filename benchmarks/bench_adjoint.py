@@ -123,6 +123,22 @@ def measure_side_by_side(fns, *args, fast, rounds=None):
     return {name: (v[0], best[name], v[2]) for name, v in out.items()}
 
 
+def batch_rows(table, body_steps, name_key="method", **labels):
+    """Rows of a :func:`measure_side_by_side` table with a ``"forward"`` entry: ns per body-step
+    and the ratio to the forward run (same run)."""
+    return [
+        {
+            **labels,
+            name_key: name,
+            "compile s": c,
+            "ns/body-step": r / body_steps * 1e9,
+            "temp MiB": None if temp is None else temp / 2**20,
+            "/forward": r / table["forward"][1],
+        }
+        for name, (c, r, temp) in table.items()
+    ]
+
+
 def temp_bytes(fn, *args):
     """XLA temp memory of the compiled ``fn`` (compile only: no run needed)."""
     mem = jax.jit(fn).lower(*args).compile().memory_analysis()
@@ -240,17 +256,7 @@ def main(argv=None):
     )
     brows = []
     for dtype, table in (("float64", bres), ("float32", bres32)):
-        for name, (c, r, temp) in table.items():
-            brows.append(
-                {
-                    "dtype": dtype,
-                    "method": name,
-                    "compile s": c,
-                    "ns/body-step": r / (nb * batch) * 1e9,
-                    "temp MiB": None if temp is None else temp / 2**20,
-                    "/forward": r / table["forward"][1],
-                }
-            )
+        brows += batch_rows(table, nb * batch, dtype=dtype)
     print_table(
         brows,
         ["dtype", "method", "compile s", "ns/body-step", "temp MiB", "/forward"],
@@ -284,16 +290,7 @@ def main(argv=None):
             MOMENTS,
             fast=fast,
         )
-        for name, (c, r, _temp) in ores.items():
-            orows.append(
-                {
-                    "method": mname,
-                    "run": name,
-                    "compile s": c,
-                    "ns/body-step": r / (nb * batch) * 1e9,
-                    "/forward": r / ores["forward"][1],
-                }
-            )
+        orows += batch_rows(ores, nb * batch, name_key="run", method=mname)
     print_table(
         orows,
         ["method", "run", "compile s", "ns/body-step", "/forward"],

@@ -492,6 +492,22 @@ def _packed_carry(carry):
     return pack, unpack
 
 
+def _scan_maybe_packed(body, carry, xs, pack, **kw):
+    """``jax.lax.scan(body, carry, xs, **kw)``, with the carry packed into one vector
+    (:func:`_packed_carry`) when ``pack`` and it applies."""
+    packed = _packed_carry(carry) if pack else None
+    if packed is None:
+        return jax.lax.scan(body, carry, xs, **kw)
+    to_vec, unpack = packed
+
+    def packed_body(v, x):
+        c, out = body(unpack(v), x)
+        return to_vec(c), out
+
+    v, out = jax.lax.scan(packed_body, to_vec(carry), xs, **kw)
+    return unpack(v), out
+
+
 def _max_abs_diff(a, b):
     return jnp.max(
         jnp.stack(
@@ -605,12 +621,6 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         residuals = inv.known(params, dt)
         res_d = tuple(residuals[i] for i in inv.diff)
 
-        def with_diff(rd):
-            res = list(residuals)
-            for i, r in zip(inv.diff, rd):
-                res[i] = r
-            return res
-
     # a composition: its backward step runs stage by stage with the base method (reverse stage,
     # VJP of the stage), so the base step's split and scalar state apply (whole-step VJP of the
     # scan over stages: 8.5x the forward run, Composition(LGVI, "yoshida4"), batch 1024)
@@ -646,33 +656,44 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     packer = method if stages is None else stages[0]
     pack_carry = getattr(packer, "packs_reverse_carry", False) and dtype == jnp.float64
 
-    def reverse(x1, t1, u):
+    def reverse(x1, t1, u, d=dt, static_=static, params_=params):
+        # (x_k, the forward step's solutions from the reverse step's or None)
         if handover:
-            return _reverse(static, params, x1, t1, dt, u, handover=True)
-        return _reverse(static, params, x1, t1, dt, u), None
+            return _reverse(static_, params_, x1, t1, d, u, handover=True)
+        return _reverse(static_, params_, x1, t1, d, u), None
 
-    def one_step_hoisted(c, u):
-        # the VJP with respect to the loop-invariant residuals (see _Invariant)
-        x1, t1, ct_x, ct_t, ct_r, ct_dt = c
-        x0, sols = reverse(x1, t1, u)
-        t0_ = t1 - dt
+    def hoisted_vjp(x1, t1, ct_x, ct_t, u, res, d, static_, params_):
+        """Reverse step (step ``d``, residuals ``res``) and the VJP of the step at the rebuilt
+        state with respect to the loop-invariant residuals (see _Invariant): ``(x0, t0,
+        ct_x0, ct_t0, ct_residuals, ct_u)``."""
+        x0, sols = reverse(x1, t1, u, d, static_, params_)
+        t0_ = t1 - d
 
         def f(x, rd, *extra):
             extra = list(extra)
             uu = extra.pop(0) if need_u else u
             tt = extra.pop(0) if need_t else t0_
-            x_next, t_next = inv.unknown(with_diff(rd), x, uu, tt, sols)
+            full = list(res)
+            for i, r in zip(inv.diff, rd):
+                full[i] = r
+            x_next, t_next = inv.unknown(full, x, uu, tt, sols)
             return (x_next, t_next) if need_t else x_next
 
         extra = [v for v, need in ((u, need_u), (t0_, need_t)) if need]
         # the state as scalar entries, its cotangent carried likewise (see _Scalars)
-        _, vjp = jax.vjp(f, _to_scalars(x0), res_d, *extra)
+        _, vjp = jax.vjp(f, _to_scalars(x0), tuple(res[i] for i in inv.diff), *extra)
         ct_x = _from_scalars(ct_x)
         cts = list(vjp((ct_x, ct_t) if need_t else ct_x))
-        ct_x0, ct_rk = cts[0], cts[1]
         rest = cts[2:]
         ct_u = rest.pop(0) if need_u else None
         ct_t0 = rest.pop(0) if need_t else ct_t
+        return x0, t0_, cts[0], ct_t0, cts[1], ct_u
+
+    def one_step_hoisted(c, u):
+        x1, t1, ct_x, ct_t, ct_r, ct_dt = c
+        x0, t0_, ct_x0, ct_t0, ct_rk, ct_u = hoisted_vjp(
+            x1, t1, ct_x, ct_t, u, residuals, dt, static, params
+        )
         ct_r = jax.tree_util.tree_map(jnp.add, ct_r, ct_rk)
         return (x0, t0_, ct_x0, ct_t0, ct_r, ct_dt), ct_u
 
@@ -705,49 +726,15 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         x1, t1, ct_x, ct_t, ct_r, ct_dt = c
 
         def stage(sc, xs):
-            x1, t1, ct_x, ct_t = sc
             res_i, dt_i = xs
-            if handover:
-                x0, sols = _reverse(b_static, b_params, x1, t1, dt_i, u, handover=True)
-            else:
-                x0, sols = _reverse(b_static, b_params, x1, t1, dt_i, u), None
-            t0_ = t1 - dt_i
+            x0, t0_, ct_x0, ct_t0, ct_rk, ct_u = hoisted_vjp(
+                *sc, u, res_i, dt_i, b_static, b_params
+            )
+            return (x0, t0_, ct_x0, ct_t0), (ct_rk, ct_u)
 
-            def with_diff_i(rd):
-                res = list(res_i)
-                for i, r in zip(inv.diff, rd):
-                    res[i] = r
-                return res
-
-            def f(x, rd, *extra):
-                extra = list(extra)
-                uu = extra.pop(0) if need_u else u
-                tt = extra.pop(0) if need_t else t0_
-                x_next, t_next = inv.unknown(with_diff_i(rd), x, uu, tt, sols)
-                return (x_next, t_next) if need_t else x_next
-
-            extra = [v for v, need in ((u, need_u), (t0_, need_t)) if need]
-            rd_i = tuple(res_i[i] for i in inv.diff)
-            _, vjp = jax.vjp(f, _to_scalars(x0), rd_i, *extra)
-            cts = list(vjp((_from_scalars(ct_x), ct_t) if need_t else _from_scalars(ct_x)))
-            rest = cts[2:]
-            ct_u = rest.pop(0) if need_u else None
-            ct_t0 = rest.pop(0) if need_t else ct_t
-            return (x0, t0_, cts[0], ct_t0), (cts[1], ct_u)
-
-        sc = (x1, t1, ct_x, ct_t)
-        packed = _packed_carry(sc) if pack_carry else None
-        body = stage
-        if packed is not None:  # the stage carry as one fused vector (see _packed_carry)
-            pack, unpack = packed
-
-            def body(v, xs):
-                c, out = stage(unpack(v), xs)
-                return pack(c), out
-
-            sc = pack(sc)
-        sc, (ct_rk, ct_us) = jax.lax.scan(body, sc, (residuals_st, gammas * dt), reverse=True)
-        x0, t0_, ct_x, ct_t = sc if packed is None else unpack(sc)
+        (x0, t0_, ct_x, ct_t), (ct_rk, ct_us) = _scan_maybe_packed(
+            stage, (x1, t1, ct_x, ct_t), (residuals_st, gammas * dt), pack_carry, reverse=True
+        )
         ct_r = jax.tree_util.tree_map(jnp.add, ct_r, ct_rk)
         ct_u = None if ct_us is None else jax.tree_util.tree_map(lambda a: a.sum(0), ct_us)
         return (x0, t0_, ct_x, ct_t, ct_r, ct_dt), ct_u
@@ -761,20 +748,15 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_t = ct_t + ct_t_end
         body = one_step if inv is None else one_step_hoisted
         if stages is not None:
-            body = one_step_stages
-        carry = (x, t_end, ct_x, ct_t, ct_p, ct_dt)
-        packed = _packed_carry(carry) if pack_carry and stages is None else None
-        if packed is not None:  # the carry as one fused vector (see _packed_carry)
-            pack, unpack = packed
-
-            def body(v, u, inner=body):
-                c, out = inner(unpack(v), u)
-                return pack(c), out
-
-            carry = pack(carry)
-        carry, ct_us = jax.lax.scan(body, carry, us, length=save_every, reverse=True)
-        if packed is not None:
-            carry = unpack(carry)
+            body = one_step_stages  # (its stage loop packs, see one_step_stages)
+        carry, ct_us = _scan_maybe_packed(
+            body,
+            (x, t_end, ct_x, ct_t, ct_p, ct_dt),
+            us,
+            pack_carry and stages is None,
+            length=save_every,
+            reverse=True,
+        )
         (x, _, ct_x, ct_t, ct_p, ct_dt) = carry
         err = _max_abs_diff(method.finalize(system, x), s_start)
         worst = jnp.where(jnp.isnan(err), err, jnp.maximum(worst, err))
