@@ -36,8 +36,9 @@ error over 1000 steps is 2e-13, over 10^4 steps 6e-8; memory ``O(steps / save_ev
 ``checkpoint=True``.  (Against plain reverse mode the heavy top's gradient at T = 100 differs by
 3e-8 whatever the anchoring, re-measured at stop 25: the two compiled forward runs already differ
 there, the loss values by 8e-8, XLA's round-off amplified by the chaos; an earlier figure of
-1e-11 / 2e-13 with anchors every 1000 / 100 steps no longer reproduces.)  Dissipative constrained systems (the Chaplygin sleigh's velocity relaxes
-onto an attractor) are the same case: what contracts forwards expands backwards.  Unconverged
+1e-11 / 2e-13 with anchors every 1000 / 100 steps no longer reproduces.)  Dissipative
+constrained systems (the Chaplygin sleigh's velocity relaxes onto an attractor) are the same
+case: what contracts forwards expands backwards.  Unconverged
 implicit solves are not symmetric: check ``Solution.max_residual`` as always.
 
 Cost: per step, one reverse step, one forward step (the linearization point) and its VJP; no
@@ -466,9 +467,9 @@ def _packed_carry(carry):
     6.2× and 15.0× → 7.2×; batch 1 4.4× → 2.7× and 7.1× → 2.9×; batch 256 unchanged (6.0×).
     A composition packs the carry of its stage loop (the base method's opt-in), batch 1024,
     ``"suzuki4"``, 300 steps: LGVI 3.45× → 3.15×, with the inertia 4.94× → 4.29×; splitting
-    7.5× → 6.1× and 13.4× → 9.6×.  Not applied where it was measured slower: in float32 (batch 1024: 4.3× →
-    5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh 35 entries, batch 256: 2.6×
-    → 4.4×), hence the method's opt-in (``packs_reverse_carry``)."""
+    7.5× → 6.1× and 13.4× → 9.6×.  Not applied where it was measured slower: in float32
+    (batch 1024: 4.3× → 5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh, 35
+    entries, batch 256: 2.6× → 4.4×), hence the method's opt-in (``packs_reverse_carry``)."""
     leaves, treedef = jax.tree_util.tree_flatten(carry)
     if not leaves or len({jnp.result_type(a) for a in leaves}) != 1:
         return None
