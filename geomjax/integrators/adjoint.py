@@ -90,8 +90,8 @@ unless said; figures from before the handover and before :mod:`geomjax._xla` unl
 A :class:`~geomjax.Composition` is reversed stage by stage: its step is the base step with
 ``γ_i h`` at ``t + (γ_1 + … + γ_{i−1}) h``, so the backward step is a reverse scan over the stages,
 each a reverse base step and the VJP of the base step at the rebuilt stage state (nested
-compositions are flattened; the parameter-only part is evaluated per stage coefficient, outside
-the loop).  Differentiating the scan over the stages as one step instead kept the base step's
+compositions are flattened; the parameter-only part is shared by the stages and evaluated once,
+outside the loop, the stage's step size being an input of the per-step part).  Differentiating the scan over the stages as one step instead kept the base step's
 split and scalar state from applying.  Measured (2-core CPU, float64, 300 steps, gradient time
 over forward time, ``"suzuki4"``, stage by stage against the whole step, same run): batch 256:
 LGVI 7.6× → 3.5×, Chaplygin sleigh (NonholonomicVI) 3.9× → 2.8×, splitting 27.5× → 6.0× (plain
@@ -267,7 +267,7 @@ class _Invariant(eqx.Module):
     diff: tuple = eqx.field(static=True)  # indices of the residuals to differentiate
 
 
-def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None):
+def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=True):
     """:class:`_Invariant` for the step, or None where the split does not apply (then the
     backward step differentiates with respect to the parameters directly: same gradients).
 
@@ -279,7 +279,11 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None):
     ``sols``: the shapes of the forward step's solutions (a list of pytrees) when the method
     knows them from the reverse step (``method.forward_solutions``): the step is then traced
     with its solves replayed from these extra inputs, and ``unknown`` takes them as a fifth
-    argument."""
+    argument.
+
+    ``dt_known=False``: the step size is an input of ``unknown`` (its ``dd`` argument), not of
+    ``known`` — for the stages of a composition, whose step sizes differ while the parameters'
+    part is shared."""
     from jax.extend import core as jc
 
     p_leaves, p_tree = jax.tree_util.tree_flatten(params)
@@ -310,8 +314,8 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None):
             *map(sds, [*p_leaves, dt, *x_leaves, *u_leaves, t, *s_leaves])
         )
         jaxpr = closed.jaxpr
-        known = set(jaxpr.constvars) | set(jaxpr.invars[: n_p + 1])
-        dep = set(jaxpr.invars[:n_p]) | ({jaxpr.invars[n_p]} if need_dt else set())
+        known = set(jaxpr.constvars) | set(jaxpr.invars[: n_p + dt_known])
+        dep = set(jaxpr.invars[:n_p]) | ({jaxpr.invars[n_p]} if need_dt and dt_known else set())
         k_eqns, u_eqns = [], []
         for eqn in jaxpr.eqns:
             ins = [v for v in eqn.invars if not isinstance(v, jc.Literal)]
@@ -328,7 +332,7 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None):
             if not isinstance(v, jc.Literal) and v in known and v not in seen:
                 seen.add(v)
                 res.append(v)
-        if not k_eqns:
+        if not k_eqns and dt_known:
             return None
         jk = jc.ClosedJaxpr(
             jc.Jaxpr(
@@ -355,8 +359,10 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None):
     def known_fn(p, d):
         return tuple(f_known(*jax.tree_util.tree_leaves(p), d))
 
-    def unknown_fn(r, xx, uu, tt, ss=None):
+    def unknown_fn(r, xx, uu, tt, ss=None, dd=None):
         env = dict(zip(res, r))
+        if not dt_known:
+            env[jaxpr.invars[n_p]] = dd
         for v, a in zip(x_vars, jax.tree_util.tree_leaves(xx, is_leaf=_is_scalars)):
             env[v] = a
         rest = [*jax.tree_util.tree_leaves(uu), tt, *jax.tree_util.tree_leaves(ss)]
@@ -367,7 +373,9 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None):
 
     try:  # the evaluation too (abstractly): an unusual equation falls back, never fails later
         jax.eval_shape(
-            lambda p, d, xx, uu, tt, ss: unknown_fn(known_fn(p, d), _to_scalars(xx), uu, tt, ss),
+            lambda p, d, xx, uu, tt, ss: unknown_fn(
+                known_fn(p, d), _to_scalars(xx), uu, tt, ss, None if dt_known else d
+            ),
             *jax.tree_util.tree_map(sds, (params, dt, x, u, t, sols)),
         )
     except Exception:
@@ -466,8 +474,9 @@ def _packed_carry(carry):
     and 3.43× → 2.09×.  :class:`~geomjax.RigidBodySplitting` (27–32 entries): batch 1024 7.8× →
     6.2× and 15.0× → 7.2×; batch 1 4.4× → 2.7× and 7.1× → 2.9×; batch 256 unchanged (6.0×).
     A composition packs the carry of its stage loop (the base method's opt-in), batch 1024,
-    ``"suzuki4"``, 300 steps: LGVI 3.45× → 3.15×, with the inertia 4.94× → 4.29×; splitting
-    7.5× → 6.1× and 13.4× → 9.6×.  Not applied where it was measured slower: in float32
+    ``"suzuki4"``, 300 steps: LGVI 3.45× → 3.15×, with the inertia 4.94× → 4.29× (→ 3.52× with
+    one residual set for all stages, ``dt_known=False``); splitting 7.5× → 6.1× and 13.4× →
+    9.6× (→ 6.9×).  Not applied where it was measured slower: in float32
     (batch 1024: 4.3× → 5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh, 35
     entries, batch 256: 2.6× → 4.4×), hence the method's opt-in (``packs_reverse_carry``)."""
     leaves, treedef = jax.tree_util.tree_flatten(carry)
@@ -635,20 +644,18 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             t_shape,
             u_shape,
         )
-        b_inv = _split_invariant(b_static, b_params, dt, x_shape, u_shape, t_shape, need_dt, b_sols)
+        b_inv = _split_invariant(
+            b_static, b_params, dt, x_shape, u_shape, t_shape, need_dt, b_sols, dt_known=False
+        )
         if b_inv is None:
             stages = None  # the whole-step backward below
         else:
+            # the parameters' part is shared by the stages (the stage step size is an input of
+            # the per-step part), so one set of residual cotangents is carried through them
             inv, handover = b_inv, b_sols is not None
             gammas = jnp.asarray(stages[1], dtype)
-
-            def known_stages(p, d):
-                # every residual per stage, stacked along a leading stage axis
-                sets = [inv.known(p, g * d) for g in gammas]
-                return tuple(jnp.stack(r) for r in zip(*sets))
-
-            residuals_st = known_stages(b_params, dt)
-            res_d = tuple(residuals_st[i] for i in inv.diff)
+            residuals = inv.known(b_params, dt)
+            res_d = tuple(residuals[i] for i in inv.diff)
 
     def to_ct(a):
         return a if inv is None else _to_scalars(a)
@@ -663,38 +670,42 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             return _reverse(static_, params_, x1, t1, d, u, handover=True)
         return _reverse(static_, params_, x1, t1, d, u), None
 
-    def hoisted_vjp(x1, t1, ct_x, ct_t, u, res, d, static_, params_):
-        """Reverse step (step ``d``, residuals ``res``) and the VJP of the step at the rebuilt
-        state with respect to the loop-invariant residuals (see _Invariant): ``(x0, t0,
-        ct_x0, ct_t0, ct_residuals, ct_u)``."""
+    def hoisted_vjp(x1, t1, ct_x, ct_t, u, static_, params_, gamma=None):
+        """Reverse step and the VJP of the step at the rebuilt state with respect to the
+        loop-invariant residuals (see _Invariant): ``(x0, t0, ct_x0, ct_t0, ct_residuals, ct_u,
+        ct_dt)``.  With ``gamma``, a composition's stage: step ``gamma·dt``, an input of the
+        per-step part (its ``dt`` cotangent returned when needed, else None)."""
+        d = dt if gamma is None else gamma * dt
         x0, sols = reverse(x1, t1, u, d, static_, params_)
         t0_ = t1 - d
+        stage_dt = gamma is not None and need_dt
 
         def f(x, rd, *extra):
             extra = list(extra)
             uu = extra.pop(0) if need_u else u
             tt = extra.pop(0) if need_t else t0_
-            full = list(res)
+            dd = extra.pop(0) * gamma if stage_dt else d
+            full = list(residuals)
             for i, r in zip(inv.diff, rd):
                 full[i] = r
-            x_next, t_next = inv.unknown(full, x, uu, tt, sols)
+            kw = {} if gamma is None else {"dd": dd}
+            x_next, t_next = inv.unknown(full, x, uu, tt, sols, **kw)
             return (x_next, t_next) if need_t else x_next
 
-        extra = [v for v, need in ((u, need_u), (t0_, need_t)) if need]
+        extra = [v for v, need in ((u, need_u), (t0_, need_t), (dt, stage_dt)) if need]
         # the state as scalar entries, its cotangent carried likewise (see _Scalars)
-        _, vjp = jax.vjp(f, _to_scalars(x0), tuple(res[i] for i in inv.diff), *extra)
+        _, vjp = jax.vjp(f, _to_scalars(x0), res_d, *extra)
         ct_x = _from_scalars(ct_x)
         cts = list(vjp((ct_x, ct_t) if need_t else ct_x))
         rest = cts[2:]
         ct_u = rest.pop(0) if need_u else None
         ct_t0 = rest.pop(0) if need_t else ct_t
-        return x0, t0_, cts[0], ct_t0, cts[1], ct_u
+        ct_d = rest.pop(0) if stage_dt else None
+        return x0, t0_, cts[0], ct_t0, cts[1], ct_u, ct_d
 
     def one_step_hoisted(c, u):
         x1, t1, ct_x, ct_t, ct_r, ct_dt = c
-        x0, t0_, ct_x0, ct_t0, ct_rk, ct_u = hoisted_vjp(
-            x1, t1, ct_x, ct_t, u, residuals, dt, static, params
-        )
+        x0, t0_, ct_x0, ct_t0, ct_rk, ct_u, _ = hoisted_vjp(x1, t1, ct_x, ct_t, u, static, params)
         ct_r = jax.tree_util.tree_map(jnp.add, ct_r, ct_rk)
         return (x0, t0_, ct_x0, ct_t0, ct_r, ct_dt), ct_u
 
@@ -723,22 +734,19 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         return (x0, t0_, ct_x0, ct_t0, ct_p, ct_dt + ct_dtk), ct_u
 
     def one_step_stages(c, u):
-        # a composed step backwards: its stages in reverse order (see known_stages)
-        x1, t1, ct_x, ct_t, ct_r, ct_dt = c
-
-        def stage(sc, xs):
-            res_i, dt_i = xs
-            x0, t0_, ct_x0, ct_t0, ct_rk, ct_u = hoisted_vjp(
-                *sc, u, res_i, dt_i, b_static, b_params
+        # a composed step backwards: its stages in reverse order, one residual set for all
+        def stage(sc, gamma):
+            x1, t1, ct_x, ct_t, ct_r, ct_dt = sc
+            x0, t0_, ct_x0, ct_t0, ct_rk, ct_u, ct_d = hoisted_vjp(
+                x1, t1, ct_x, ct_t, u, b_static, b_params, gamma
             )
-            return (x0, t0_, ct_x0, ct_t0), (ct_rk, ct_u)
+            ct_r = jax.tree_util.tree_map(jnp.add, ct_r, ct_rk)
+            ct_dt = ct_dt if ct_d is None else ct_dt + ct_d
+            return (x0, t0_, ct_x0, ct_t0, ct_r, ct_dt), ct_u
 
-        (x0, t0_, ct_x, ct_t), (ct_rk, ct_us) = _scan_maybe_packed(
-            stage, (x1, t1, ct_x, ct_t), (residuals_st, gammas * dt), pack_carry, reverse=True
-        )
-        ct_r = jax.tree_util.tree_map(jnp.add, ct_r, ct_rk)
+        c, ct_us = _scan_maybe_packed(stage, c, gammas, pack_carry, reverse=True)
         ct_u = None if ct_us is None else jax.tree_util.tree_map(lambda a: a.sum(0), ct_us)
-        return (x0, t0_, ct_x, ct_t, ct_r, ct_dt), ct_u
+        return c, ct_u
 
     def block(c, xs):
         ct_x, ct_t, ct_p, ct_dt, worst = c
@@ -792,13 +800,9 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     ct_controls = None
     if need_u:
         ct_controls = jax.tree_util.tree_map(lambda a, u: jnp.reshape(a, u.shape), ct_us, controls)
-    if stages is not None:  # per stage, pulled back to the base method's parameters, once
-        _, vjp_known = jax.vjp(
-            lambda p, d: tuple(known_stages(p, d)[i] for i in inv.diff), b_params, dt
-        )
-        ct_b, ct_dt_known = vjp_known(ct_p)
-        if need_dt:
-            ct_dt = ct_dt + ct_dt_known
+    if stages is not None:  # pulled back to the base method's parameters, once
+        _, vjp_known = jax.vjp(lambda p: tuple(inv.known(p, dt)[i] for i in inv.diff), b_params)
+        (ct_b,) = vjp_known(ct_p)
         # the method's cotangent has the composition's structure (its arrays are the base's)
         ct_p = (ct_b[0], _with_base(params[1], ct_b[1], _nesting(method)))
     elif inv is not None:  # the residual cotangents pulled back to the parameters, once
