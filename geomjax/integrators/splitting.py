@@ -101,9 +101,8 @@ class RigidBodySplitting(AbstractMethod):
         if not needs_kick:  # the carry straight from the scalars (no reshape to transpose)
             return soa.join(Rs, Ps), StepStats.explicit(Pi.dtype)
         R, Pi = soa.from_carry(soa.join(Rs, Ps))
-        if needs_kick:
-            Pi = Pi + 0.5 * h * conservative(R)
-            if F0 is not None:
-                # velocity-dependent force at the predicted end momentum (second order)
-                Pi = Pi + 0.5 * h * system.external_force(t + h, R, Pi + 0.5 * h * F0)
+        Pi = Pi + 0.5 * h * conservative(R)
+        if F0 is not None:
+            # velocity-dependent force at the predicted end momentum (second order)
+            Pi = Pi + 0.5 * h * system.external_force(t + h, R, Pi + 0.5 * h * F0)
         return soa.to_carry(R, Pi), StepStats.explicit(Pi.dtype)
