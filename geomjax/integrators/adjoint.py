@@ -542,30 +542,14 @@ def _composition_stages(method):
     return base, tuple(float(g) * d for g in method.coefficients for d in sub)
 
 
-def _base_of(tree, n_levels):
-    """(system, method) with the method replaced by its ``n_levels``-deep inner method (works on
-    partitioned trees too)."""
-    system, method = tree
-    for _ in range(n_levels):
-        method = method.method
-    return system, method
-
-
-def _nesting(method):
+def _with_base(method, base):
+    """``method`` (a nested composition, possibly partitioned) with its innermost method
+    (:attr:`~geomjax.Composition.base`) replaced by ``base``."""
     from .composition import Composition
 
-    n = 0
-    while isinstance(method, Composition):
-        method, n = method.method, n + 1
-    return n
-
-
-def _with_base(method, base, n_levels):
-    """``method`` (a nested composition, possibly partitioned) with its ``n_levels``-deep inner
-    method replaced by ``base``."""
-    if n_levels == 0:
+    if not isinstance(method, Composition):
         return base
-    inner = _with_base(method.method, base, n_levels - 1)
+    inner = _with_base(method.method, base)
     return eqx.tree_at(lambda m: m.method, method, inner, is_leaf=lambda x: x is None)
 
 
@@ -636,8 +620,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     # scan over stages: 8.5x the forward run, Composition(LGVI, "yoshida4"), batch 1024)
     stages = _composition_stages(method)
     if stages is not None:
-        depth = _nesting(method)
-        b_static, b_params = _base_of(static, depth), _base_of(params, depth)
+        # (Composition.base works on the partitioned halves too)
+        b_static, b_params = (static[0], static[1].base), (params[0], params[1].base)
         b_sols = jax.eval_shape(
             lambda x1, t1, u: _reverse(b_static, b_params, x1, t1, dt, u, handover=True)[1],
             x_shape,
@@ -804,7 +788,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         _, vjp_known = jax.vjp(lambda p: tuple(inv.known(p, dt)[i] for i in inv.diff), b_params)
         (ct_b,) = vjp_known(ct_p)
         # the method's cotangent has the composition's structure (its arrays are the base's)
-        ct_p = (ct_b[0], _with_base(params[1], ct_b[1], _nesting(method)))
+        ct_p = (ct_b[0], _with_base(params[1], ct_b[1]))
     elif inv is not None:  # the residual cotangents pulled back to the parameters, once
         _, vjp_known = jax.vjp(lambda p, d: tuple(inv.known(p, d)[i] for i in inv.diff), params, dt)
         ct_p, ct_dt_known = vjp_known(ct_p)
