@@ -135,7 +135,34 @@ def _progress(total, enabled, desc):
     return tqdm(total=total, desc=desc, leave=False)
 
 
-def _build_step(loss, static, opt, extra_args):
+def _is_linesearch_state(x):
+    return isinstance(x, optax.ScaleByZoomLinesearchState)
+
+
+def _linesearch_state(opt_state):
+    """The zoom line search's state in ``opt_state`` (``optax.lbfgs`` has one), or None."""
+    found = [
+        x
+        for x in jax.tree_util.tree_leaves(opt_state, is_leaf=_is_linesearch_state)
+        if _is_linesearch_state(x)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _build_step(loss, static, opt, extra_args, reuse=False):
+    """One jitted iteration ``(diff, state) -> (diff1, state1, value, grad_norm)`` (value and
+    gradient norm at ``diff``).
+
+    ``reuse``: the optimizer's zoom line search keeps the value and gradient of the point it
+    accepts (``optax.ScaleByZoomLinesearchState``), i.e. of the next iterate.  Then the state is
+    ``(opt_state, value, grad)`` at ``diff`` and the step evaluates the loss only inside the line
+    search (optax's documented reuse, ``optax.value_and_grad_from_state``, without its ``cond``,
+    both branches of which would be compiled): the compiled program holds two copies of the
+    loss's ``value_and_grad`` (one per branch of the line search's own ``cond``) instead of
+    three.  Spacecraft reorientation (``control.examples``, 60 steps, 2-core CPU): first
+    iteration 10.6 → 7.1 s, the same iterates.  The first ``(value, grad)`` comes from the same
+    program (:func:`_prime`)."""
+
     def f_of_z(z, diff):
         return loss(_combine(_retract(z, diff), static))
 
@@ -151,7 +178,45 @@ def _build_step(loss, static, opt, extra_args):
         diff1 = _retract(optax.apply_updates(z0, updates), diff)
         return diff1, opt_state, value, optax.tree.norm(grad)
 
-    return step
+    def step_reusing(diff, state):
+        opt_state, value, grad = state
+        z0 = _lift(diff)  # Euclidean parameters only (L-BFGS): z0 is diff
+        updates, opt_state = opt.update(
+            grad, opt_state, z0, value=value, grad=grad, value_fn=lambda z: f_of_z(z, diff)
+        )
+        diff1 = _retract(optax.apply_updates(z0, updates), diff)
+        ls = _linesearch_state(opt_state)
+        return diff1, (opt_state, ls.value, ls.grad), value, optax.tree.norm(grad)
+
+    return step_reusing if reuse else step
+
+
+def _reuses_linesearch(opt, diff):
+    """Whether :func:`_build_step` can take the value and gradient from the line search: the
+    optimizer has one zoom line search (``optax.lbfgs``) and the parameters are Euclidean (a
+    group parameter's chart moves with every step)."""
+    if any(_is_gp(x) for x in jax.tree_util.tree_leaves(diff, is_leaf=_is_gp)):
+        return False
+    return _linesearch_state(jax.eval_shape(opt.init, _lift(diff))) is not None
+
+
+def _initial_state(opt, diff, reuse):
+    opt_state = opt.init(_lift(diff))
+    if not reuse:
+        return opt_state
+    ls = _linesearch_state(opt_state)  # value inf, zero gradient: see _prime
+    return opt_state, ls.value, ls.grad
+
+
+def _prime(step, diff, state):
+    """The state ``(opt_state, value, grad)`` of a reusing step (:func:`_build_step`) with the
+    value and gradient at ``diff``, from one call of the same compiled step.  The initial state
+    has a zero gradient and the value ``inf``: the update direction is zero, so the line search's
+    first trial point is ``diff`` itself and is accepted at once (sufficient decrease against
+    ``inf`` and zero curvature along a zero direction), having evaluated the value and gradient
+    there.  The optimizer state of that call (holding a zero curvature pair) is discarded."""
+    _, (_, value, grad), _, _ = step(diff, state)
+    return state[0], value, grad
 
 
 def _canonical_state(step, diff, opt_state):
@@ -175,7 +240,9 @@ def _check_common(steps, patience):
         raise ValueError(f"optimize: argument 'patience' must be a positive int, got {patience!r}")
 
 
-def _loop(step, diff, opt_state, steps, target, gtol, patience, min_delta, progress, desc, reduce):
+def _loop(
+    step, diff, opt_state, steps, target, gtol, patience, min_delta, progress, desc, reduce, reuse
+):
     """The host loop: one jitted ``step`` per iteration; returns best diff and the history."""
     bar = _progress(steps, progress, desc)
     losses, gnorms, times = [], [], []
@@ -183,6 +250,8 @@ def _loop(step, diff, opt_state, steps, target, gtol, patience, min_delta, progr
     reason, compile_time = "steps", 0.0
     t0 = time.perf_counter()
     try:
+        if reuse:
+            opt_state = _prime(step, diff, opt_state)
         for it in range(steps):
             new_diff, opt_state, value, gnorm = step(diff, opt_state)
             value, gnorm = np.asarray(value), np.asarray(gnorm)  # synchronizes
@@ -229,6 +298,17 @@ def _loop(step, diff, opt_state, steps, target, gtol, patience, min_delta, progr
     return diff, opt_state, best_diff, best_val, history, reason, compile_time, len(losses)
 
 
+def _final_values(step, diff, opt_state, reuse, reason, history):
+    """The loss at the loop's last ``diff``.  After all ``steps`` iterations it is the last
+    update's result, not evaluated yet: one more call of the compiled step (its update discarded;
+    this avoids compiling the loss on its own), or, when the step reuses the line search's
+    values, the value the state already holds.  After an early stop ``diff`` is the iterate the
+    history ends with."""
+    if not reuse:
+        return step(diff, opt_state)[2]
+    return opt_state[1] if reason == "steps" else history["loss"][-1]
+
+
 def optimize(
     loss: Callable,
     params,
@@ -271,14 +351,24 @@ def optimize(
         )
     if not jax.tree_util.tree_leaves(diff):
         raise ValueError("optimize: argument 'params' has no floating-point arrays to optimize")
-    step = eqx.filter_jit(_build_step(loss, static, opt, extra))
-    opt_state = _canonical_state(step, diff, opt.init(_lift(diff)))
+    reuse = extra and _reuses_linesearch(opt, diff)
+    step = eqx.filter_jit(_build_step(loss, static, opt, extra, reuse))
+    opt_state = _canonical_state(step, diff, _initial_state(opt, diff, reuse))
     diff, opt_state, best_diff, best_val, history, reason, ct, n = _loop(
-        step, diff, opt_state, steps, target, gtol, patience, min_delta, progress, "optimize", float
+        step,
+        diff,
+        opt_state,
+        steps,
+        target,
+        gtol,
+        patience,
+        min_delta,
+        progress,
+        "optimize",
+        float,
+        reuse,
     )
-    # the last update's result has not been evaluated yet: keep it if it is better (one more call
-    # of the compiled step, whose update is discarded, avoids compiling the loss on its own)
-    final_val = float(step(diff, opt_state)[2])
+    final_val = float(_final_values(step, diff, opt_state, reuse, reason, history))
     if np.isfinite(final_val) and final_val <= best_val:
         best_val, best_diff = final_val, diff
     out = _combine(best_diff, static)
@@ -319,9 +409,10 @@ def optimize_restarts(
     diff, static = eqx.partition(batch, _filter, is_leaf=_is_gp)
     if memory and any(_is_gp(x) for x in jax.tree_util.tree_leaves(diff, is_leaf=_is_gp)):
         raise ValueError("optimize_restarts: L-BFGS needs Euclidean parameters; use 'adam'")
-    one = _build_step(loss, static, opt, extra)
+    reuse = extra and _reuses_linesearch(opt, jax.tree_util.tree_map(lambda x: x[0], diff))
+    one = _build_step(loss, static, opt, extra, reuse)
     step = eqx.filter_jit(eqx.filter_vmap(one))
-    opt_state = eqx.filter_vmap(lambda d: opt.init(_lift(d)))(diff)
+    opt_state = eqx.filter_vmap(lambda d: _initial_state(opt, d, reuse))(diff)
     opt_state = _canonical_state(step, diff, opt_state)
     diff, opt_state, _, _, history, reason, ct, n = _loop(
         step,
@@ -335,8 +426,9 @@ def optimize_restarts(
         progress,
         "restarts",
         np.min,
+        reuse,
     )
-    finals = np.asarray(step(diff, opt_state)[2])
+    finals = np.asarray(_final_values(step, diff, opt_state, reuse, reason, history))
     finals = np.where(np.isfinite(finals), finals, np.inf)
     i = int(np.argmin(finals))
     best = _combine(jax.tree_util.tree_map(lambda x: x[i], diff), static)

@@ -27,6 +27,7 @@ from geomjax.control import (
     optimize_restarts,
     path_length,
 )
+from geomjax.control.optimize import _build_step, _initial_state
 from geomjax.lie import SE3, SO3
 
 
@@ -168,6 +169,66 @@ def test_lbfgs_rosenbrock():
     res = optimize(rosen, jnp.array([-1.2, 1.0]), "lbfgs", steps=200, progress=False, gtol=1e-9)
     np.testing.assert_allclose(res.params, [1.0, 1.0], atol=1e-6)
     assert res.stop_reason == "gtol"
+
+
+def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
+    # optax's documented L-BFGS loop (value and gradient reused from the line search's state)
+    # is the reference; optimize's compiled step evaluates the loss only in the line search
+    traces = []
+
+    def f(p):
+        traces.append(1)  # Python side effect: runs once per trace
+        return jnp.sum((p - jnp.arange(4.0)) ** 4) + jnp.sum(jnp.cos(p)) + 0.3 * p[0] * p[3]
+
+    x0 = jnp.array([0.5, -1.0, 2.5, 1.0])
+    n = 12
+    res = optimize(f, x0, "lbfgs", steps=n, progress=False)
+    # the step reusing the line search's value and gradient traces the loss once less (optax's
+    # line search itself evaluates it in both branches of a cond)
+    opt = optax.lbfgs()
+    counts = []
+    for reuse in (False, True):
+        traces.clear()
+        step = _build_step(f, None, opt, True, reuse)
+        state = _initial_state(opt, x0, reuse)
+        jax.eval_shape(step, x0, state)
+        counts.append(len(traces))
+    assert counts[1] == counts[0] - 1 >= 1
+
+    state, x = opt.init(x0), x0
+    vg = jax.jit(optax.value_and_grad_from_state(f))
+    values, iterates = [], [x]
+    for _ in range(n):
+        value, grad = vg(x, state=state)
+        values.append(float(value))
+        upd, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=f)
+        x = optax.apply_updates(x, upd)
+        iterates.append(x)
+    np.testing.assert_allclose(res.history["loss"], values, rtol=1e-12)
+    final = [float(f(z)) for z in iterates]
+    best = int(np.argmin(final))
+    np.testing.assert_allclose(res.loss, final[best], rtol=1e-12)
+    np.testing.assert_allclose(res.params, iterates[best], rtol=1e-10, atol=1e-12)
+    # an early stop: the result is an evaluated iterate
+    res_t = optimize(f, x0, "lbfgs", steps=n, progress=False, target=values[4])
+    assert res_t.stop_reason == "target" and res_t.n_iter == 5
+    np.testing.assert_allclose(res_t.loss, values[4], rtol=1e-12)
+    # batched restarts with L-BFGS: each restart is the same loop
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)
+    starts = [x0 + jax.random.normal(k, (4,)) for k in keys]
+    res_r = optimize_restarts(
+        f,
+        lambda k: x0 + jax.random.normal(k, (4,)),
+        jax.random.PRNGKey(3),
+        3,
+        "lbfgs",
+        steps=6,
+        progress=False,
+    )
+    for i, s0 in enumerate(starts):
+        one = optimize(f, s0, "lbfgs", steps=6, progress=False)
+        np.testing.assert_allclose(res_r.history["loss"][:, i], one.history["loss"], rtol=1e-10)
+        np.testing.assert_allclose(res_r.restart_losses[i], one.loss, rtol=1e-10)
 
 
 def test_group_parameter_stays_on_group_and_reaches_target():
