@@ -11,7 +11,10 @@ One thing is set at import: a size limit of XLA:CPU's small-loop compilation in 
 (:mod:`geomjax._xla`: time loops and Newton solves compiled as single kernels, 3–11× faster
 nonholonomic steps at batch 1 on CPU, results equal to round-off), effective when geomjax is imported
 before JAX's first computation; ``GEOMJAX_XLA_FLAGS=0`` turns it off, and ``XLA_FLAGS`` that
-already set ``xla_backend_extra_options`` are left alone.
+already set ``xla_backend_extra_options`` are left alone.  And the objects that exist at the end of
+the import (modules of jax, numpy, equinox, geomjax) are taken out of the cyclic garbage
+collector's scans (:mod:`geomjax._gc`, :func:`gc.freeze`: full collections during tracing no
+longer walk them); ``GEOMJAX_GC_FREEZE=0`` turns that off.
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
@@ -176,3 +179,8 @@ from . import control  # noqa: E402
 from .control import GroupParam, OptimizeResult, optimize, optimize_restarts  # noqa: E402
 
 __all__ += ["GroupParam", "OptimizeResult", "control", "optimize", "optimize_restarts"]
+
+# last: everything imported so far lives as long as the process (geomjax._gc)
+from . import _gc  # noqa: E402
+
+_gc.freeze_import_time_objects()

@@ -36,3 +36,13 @@ def rng():
 @pytest.fixture(params=["float64", "float32"])
 def dtype(request):
     return np.dtype(request.param)
+
+
+# The longest tests (subprocesses: the demo, the notebooks, the README) first: the worksteal
+# scheduler hands out the short ones at the end, so no worker is left alone finishing a
+# 90-second test while the other idles.
+_LONG_FIRST = ("test_cli.py::test_demo", "test_notebooks.py::test_notebook_runs", "test_readme.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not any(k in item.nodeid for k in _LONG_FIRST))

@@ -75,3 +75,22 @@ def test_the_flag_takes_effect_and_leaves_results_to_round_off():
     assert on["small"] and not off["small"]
     diff = max(abs(a - b) for a, b in zip(on["state"], off["state"]))
     assert diff <= 1e-12, diff
+
+
+_GC_PROBE = "import gc, geomjax; print(gc.get_freeze_count())"
+
+
+@pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False), ("off", False)])
+def test_import_freezes_the_objects_it_leaves_unless_opted_out(setting, frozen):
+    """geomjax._gc: ``import geomjax`` ends with ``gc.freeze()`` (the import-time objects leave
+    the cyclic collector's scans); ``GEOMJAX_GC_FREEZE=0`` turns it off."""
+    env = {k: v for k, v in os.environ.items() if k != "GEOMJAX_GC_FREEZE"}
+    if setting is not None:
+        env["GEOMJAX_GC_FREEZE"] = setting
+    out = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    count = int(out.stdout.split()[-1])
+    # jax, numpy, equinox and geomjax leave far more than 10^4 objects
+    assert (count > 10_000) if frozen else (count == 0)
