@@ -229,7 +229,12 @@ def step(system, state, dt, control=None, *rest, method: AbstractMethod | None =
     :class:`geomjax.NonholonomicVI` for nonholonomic systems.  The argument order of
     :func:`simulate` is accepted too: ``step(system, method, state, dt, control)``.  Use
     ``method.step(system, state, dt, control, t)`` to also get the :class:`StepStats` (e.g. the
-    residual of the implicit solve)."""
+    residual of the implicit solve).
+
+    Called eagerly, the step is one compiled program, cached per system structure, method and
+    shapes (``dt``, ``t``, the arrays of the system and the state are its inputs): later calls
+    take ~1 ms.  A system rebuilt with a new Python function (a fresh ``lambda`` potential on
+    every call) compiles again; build it once."""
     if isinstance(state, AbstractMethod):
         if method is not None:
             raise ValueError("step: 'method' given twice (positionally and as a keyword)")
