@@ -183,6 +183,10 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
     x0 = jnp.array([0.5, -1.0, 2.5, 1.0])
     n = 12
     res = optimize(f, x0, "lbfgs", steps=n, progress=False)
+    n_optimize = len(traces)
+    traces.clear()
+    optimize(f, x0, "adam", steps=3, progress=False)
+    assert len(traces) == 1  # one trace of the step for all iterations: no recompilation
     # the step reusing the line search's value and gradient traces the loss once less (optax's
     # line search itself evaluates it in both branches of a cond)
     opt = optax.lbfgs()
@@ -194,6 +198,7 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
         jax.eval_shape(step, x0, state)
         counts.append(len(traces))
     assert counts[1] == counts[0] - 1 >= 1
+    assert n_optimize == counts[1]  # optimize traced that step once, for all iterations
 
     state, x = opt.init(x0), x0
     vg = jax.jit(optax.value_and_grad_from_state(f))
