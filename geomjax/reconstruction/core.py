@@ -303,8 +303,9 @@ def _local_connection(system, b):
 
 
 def _curvature(system, b):
-    A = _local_connection(system, b)
-    dA = jax.jacfwd(lambda b: _local_connection(system, b))(b)  # (n, i, j) = ∂_j A_i
+    # through the method (a subclass may override it; the compiled call is inlined here)
+    A = system.local_connection(b)
+    dA = jax.jacfwd(system.local_connection)(b)  # (n, i, j) = ∂_j A_i
     G = system.group
     br = jax.vmap(jax.vmap(lambda x, y: G.ad(x) @ y, (None, 1)), (1, None))(A, A)  # (i,j,n)
     curl = jnp.swapaxes(dA, 1, 2) - dA  # ∂_i A_j − ∂_j A_i
