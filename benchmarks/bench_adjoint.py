@@ -250,12 +250,34 @@ def main(argv=None):
             "forward": batched("plain"),
             "plain reverse (Pi0, I)": jax.grad(batched("plain"), argnums=(0, 1)),
             "ReversibleAdjoint (Pi0, I)": jax.grad(batched("reversible"), argnums=(0, 1)),
+            "ReversibleAdjoint (Pi0)": jax.grad(batched("reversible"), argnums=0),
+        },
+        *f32,
+        fast=fast,
+    )
+    # float32 without the per-step Björck reorthonormalization (the kernel-equal work): its
+    # transpose is most of the float32 backward step (LGVI docstring, ``reorthonormalize``)
+    no_reo = gj.LGVI(reorthonormalize=False)
+
+    def batched_no_reo(mode):
+        loss = lgvi_loss(nb, mode, no_reo)
+        return lambda pis, m: jnp.sum(jax.vmap(loss, in_axes=(0, None))(pis, m))
+
+    bres32n = measure_side_by_side(
+        {
+            "forward": batched_no_reo("plain"),
+            "ReversibleAdjoint (Pi0, I)": jax.grad(batched_no_reo("reversible"), argnums=(0, 1)),
+            "ReversibleAdjoint (Pi0)": jax.grad(batched_no_reo("reversible"), argnums=0),
         },
         *f32,
         fast=fast,
     )
     brows = []
-    for dtype, table in (("float64", bres), ("float32", bres32)):
+    for dtype, table in (
+        ("float64", bres),
+        ("float32", bres32),
+        ("float32, reorthonormalize=False", bres32n),
+    ):
         brows += batch_rows(table, nb * batch, dtype=dtype)
     print_table(
         brows,
