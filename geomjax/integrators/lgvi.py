@@ -98,11 +98,12 @@ class LGVI(AbstractMethod):
             grow linearly (~1e-3 after 2e4 steps); the correction is ``O(eps)`` and leaves order
             and conservation properties unchanged.  In float64 the
             drift is at the 1e-13 level over 1e5 steps and nothing is done.  Cost in float32
-            (2-core CPU, free body, batch 1024, 1000 steps, same run, ``benchmarks/bench_adjoint.py``):
-            forward 20 → 26 ns per body-step, but a :class:`~geomjax.ReversibleAdjoint` gradient
-            with respect to the momenta 62 → 115 ns (3.1× → 4.4× the forward run): the transposed Björck step is
-            recomputed in the cotangent of each of the 9 entries of ``R`` (XLA:CPU fusion;
-            an ``optimization_barrier`` and a packed cotangent did not help, measured).  For
+            (2-core CPU, free body, batch 1024, 1000 steps, same run,
+            ``benchmarks/bench_adjoint.py``): forward 20 → 26 ns per body-step, but a
+            :class:`~geomjax.ReversibleAdjoint` gradient with respect to the momenta 62 → 115 ns
+            (3.1× → 4.4× the forward run): the transposed Björck step is recomputed in the
+            cotangent of each of the 9 entries of ``R`` (XLA:CPU fusion; an
+            ``optimization_barrier`` and a packed cotangent did not help, measured).  For
             gradients over horizons where the drift is small, ``reorthonormalize=False`` is the
             faster choice (:func:`geomjax.diagnostics` reports the group defect along a run).
         scalarize: on groups other than the SO(3) Cayley fast path (which is written on scalars
