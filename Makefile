@@ -6,7 +6,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.geomjax-installed
 
-.PHONY: demo test lint format bench bench-gpu clean
+.PHONY: demo test lint format bench bench-gpu clean docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,8 +36,15 @@ bench: $(STAMP)
 bench-gpu: $(STAMP)
 	$(VENV)/bin/geomjax bench gpu
 
+# the documentation site into site/ (strict: a broken link or reference fails); the notebook
+# gallery reuses the copies executed by `make test` (build/notebooks/) and executes the others
+docs: $(STAMP)
+	$(PY) docs/_generate.py
+	$(VENV)/bin/mkdocs build --strict
+	$(PY) docs/_check_api.py site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results
+	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results site build docs/gallery docs/results
 
 # long-horizon soak (minutes; not part of `make test`): prints a table, JSON in benchmarks/results
 .PHONY: soak

@@ -65,7 +65,6 @@ def _palindrome(half, middle=None):
 _C3 = 2.0 ** (1.0 / 3.0)
 _P5 = 1.0 / (4.0 - 4.0 ** (1.0 / 3.0))
 
-#: name -> (order, stage coefficients γ_1..γ_s)
 SCHEMES: dict[str, tuple[int, tuple[float, ...]]] = {
     "yoshida4": (4, _palindrome([1.0 / (2.0 - _C3)])),
     "suzuki4": (4, _palindrome([_P5, _P5])),
@@ -99,6 +98,9 @@ SCHEMES: dict[str, tuple[int, tuple[float, ...]]] = {
         ),
     ),
 }
+"""Named composition schemes: name → (order, palindromic stage coefficients γ₁…γₛ).
+
+``Composition(method, scheme)`` takes a name of this table or a tuple of coefficients."""
 
 
 class Composition(AbstractMethod):

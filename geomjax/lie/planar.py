@@ -344,4 +344,6 @@ class SpecialEuclidean2(LieGroup):
 
 
 SO2 = SpecialOrthogonal2()
+"""The rotation group SO(2): elements are 2×2 rotation matrices, the algebra is R (the angle rate)."""
 SE2 = SpecialEuclidean2()
+"""The planar rigid motions SE(2): 3×3 homogeneous matrices, twists ordered (ω, vx, vy)."""

@@ -226,3 +226,4 @@ class SpecialEuclidean3(LieGroup):
 
 
 SE3 = SpecialEuclidean3()
+"""The rigid motions SE(3): 4×4 homogeneous matrices [[R, p], [0, 1]], twists ordered (ω, v)."""

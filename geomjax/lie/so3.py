@@ -270,3 +270,4 @@ class SpecialOrthogonal3(LieGroup):
 
 
 SO3 = SpecialOrthogonal3()
+"""The rotation group SO(3): 3×3 rotation matrices, so(3) ≅ R³ by hat(w)u = w × u."""

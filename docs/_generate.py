@@ -1,0 +1,152 @@
+"""Generates the parts of the documentation site that come from other files.
+
+* The notebook gallery: ``docs/gallery/<name>.ipynb`` (executed, with their plots) and
+  ``docs/gallery/index.md``.
+* The measured benchmark tables: ``docs/results/index.md`` from the benchmarks' JSON files
+  (``benchmarks/results/*.json`` of a local run, else the snapshots kept in
+  ``docs/benchmark-data/``), with their plots.
+
+A notebook already executed by the test suite (``tests/test_notebooks.py`` writes executed copies to
+``build/notebooks/``, tagged with the SHA-256 of the stored source) is reused; any other is executed
+here.  Run by ``make docs`` before ``mkdocs build``."""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "notebooks"
+EXECUTED = ROOT / "build" / "notebooks"
+GALLERY = ROOT / "docs" / "gallery"
+RESULTS_PAGE = ROOT / "docs" / "results"
+BENCH_SOURCES = [ROOT / "benchmarks" / "results", ROOT / "docs" / "benchmark-data"]
+HASH_KEY = "geomjax_source_sha256"
+
+
+def source_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def execute(path: Path):
+    import tempfile
+
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ.update(
+        MPLBACKEND="Agg",
+        JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
+        GEOMJAX_FAST=os.environ.get("GEOMJAX_FAST", "1"),
+        # the kernel imports this checkout's geomjax
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    with tempfile.TemporaryDirectory() as cwd:  # files a notebook writes go nowhere
+        client = NotebookClient(
+            nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": cwd}}
+        )
+        client.execute()
+    return nb
+
+
+def title(nb) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, (list, dict)):
+        return "…"
+    return str(v).replace("|", "/")
+
+
+def _table(rows: list[dict], max_columns: int = 12) -> list[str]:
+    cols: list[str] = []
+    for row in rows:
+        cols += [k for k in row if k not in cols]
+    cols = cols[:max_columns]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return out
+
+
+def benchmark_results() -> None:
+    """One section per benchmark JSON: where it ran, then every list of rows as a table."""
+    RESULTS_PAGE.mkdir(parents=True, exist_ok=True)
+    for old in RESULTS_PAGE.glob("*.png"):
+        old.unlink()
+    found: dict[str, Path] = {}
+    for source in BENCH_SOURCES:  # a local run wins over the kept snapshot
+        for path in sorted(source.glob("*.json")) if source.exists() else []:
+            found.setdefault(path.stem, path)
+    lines = [
+        "# Measured results",
+        "",
+        "Generated from the benchmarks' JSON files when the site is built (a local run of",
+        "`geomjax bench NAME` writes `benchmarks/results/`; otherwise the snapshots kept with the",
+        "docs are shown). Each section says where it ran; compare ratios, not absolute times,",
+        "across machines.",
+        "",
+    ]
+    if not found:
+        lines.append("No benchmark results yet: run `geomjax bench all`.")
+    for name, path in sorted(found.items()):
+        data = json.loads(path.read_text())
+        m = data.get("machine", {})
+        lines += [f"## {name}", ""]
+        lines.append(
+            f"*{m.get('cpu_model') or m.get('device', '?')}, {m.get('backend', '?')}, "
+            f"jax {m.get('jax', '?')}, {m.get('default_float', '?')} by default, "
+            f"{m.get('utc', 'date not recorded')}*"
+        )
+        lines.append("")
+        for key, value in data.items():
+            if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+                lines += [f"**{key}**", "", *_table(value), ""]
+        for png in sorted(path.parent.glob(f"{name}*.png")):
+            shutil.copyfile(png, RESULTS_PAGE / png.name)
+            lines += [f"![{png.stem}]({png.name})", ""]
+    (RESULTS_PAGE / "index.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    benchmark_results()
+    GALLERY.mkdir(parents=True, exist_ok=True)
+    for old in GALLERY.glob("*.ipynb"):
+        old.unlink()
+    rows = []
+    for path in sorted(SOURCE.glob("*.ipynb")):
+        digest, cached = source_hash(path), EXECUTED / path.name
+        if cached.exists() and nbformat.read(cached, 4).metadata.get(HASH_KEY) == digest:
+            shutil.copyfile(cached, GALLERY / path.name)
+            print(f"gallery: {path.name} (executed by the tests)")
+        else:
+            print(f"gallery: executing {path.name} ...", flush=True)
+            nb = execute(path)
+            nb.metadata[HASH_KEY] = digest
+            nbformat.write(nb, GALLERY / path.name)
+        rows.append((path, title(nbformat.read(GALLERY / path.name, 4))))
+    lines = [
+        "# Gallery",
+        "",
+        "One notebook per capability, executed (each is stored in `notebooks/` without outputs and run",
+        "by the test suite). Open one to see its code, plots and printed checks.",
+        "",
+    ]
+    lines += [f"- [{t or p.stem}]({p.name}) — `notebooks/{p.name}`" for p, t in rows]
+    (GALLERY / "index.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
