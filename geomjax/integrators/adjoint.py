@@ -123,13 +123,14 @@ import jax
 import jax.numpy as jnp
 
 from .._linalg import plain_stacks, select_stack
-from .base import AbstractMethod
+from .base import AbstractAdjoint, AbstractMethod
 from .newton import record_solutions, replay_solutions
+from .simulate import cast_floating, simulate
 
 __all__ = ["ReversibleAdjoint", "reconstruction_error"]
 
 
-class ReversibleAdjoint(eqx.Module):
+class ReversibleAdjoint(AbstractAdjoint):
     """``simulate(..., adjoint=ReversibleAdjoint())``: reverse-mode gradients through the run
     without storing the trajectory (module docstring).  The forward pass is exactly that of
     ``simulate`` (bitwise); only ``jax.grad``/``jax.vjp`` change.
@@ -164,7 +165,7 @@ class ReversibleAdjoint(eqx.Module):
                 "u(t, state): use checkpoint=True"
             )
 
-    def run(self, simulate, system, method, state0, dt, steps, controls, save_every, t0):
+    def run(self, system, method, state0, dt, steps, controls, save_every, t0):
         """Called by :func:`geomjax.simulate` (after its checks and casts)."""
         self.check(system, method, controls)
         args = (state0, system, method, dt, t0, controls)
@@ -804,14 +805,10 @@ def reconstruction_error(system, method, state0, dt, steps: int, controls=None, 
     backward amplification.  Compare it with the accuracy you need from the gradient.
 
     Returns ``(error, reconstructed_state0)``."""
-    from .simulate import simulate
-
     ReversibleAdjoint().check(system, method, controls)
     sol = simulate(system, method, state0, dt, steps, controls, save_every=steps, t0=t0)
     dtype = sol.ts.dtype
     dt = jnp.asarray(dt, dtype)
-    from .simulate import cast_floating
-
     system = cast_floating(system, dtype)
     params, static = eqx.partition((system, method), eqx.is_inexact_array)
 

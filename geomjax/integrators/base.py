@@ -90,6 +90,19 @@ class AbstractMethod(eqx.Module):
         return state
 
 
+class AbstractAdjoint(eqx.Module):
+    """How reverse mode differentiates a run: ``simulate(..., adjoint=...)`` hands the run to
+    ``adjoint.run`` (after its input checks and dtype casts) instead of scanning it itself.
+
+    A concrete adjoint (:class:`geomjax.ReversibleAdjoint`) provides :meth:`run`; it lives above
+    :func:`geomjax.simulate` in the import order and calls it for the forward pass."""
+
+    @abc.abstractmethod
+    def run(self, system, method, state0, dt, steps: int, controls, save_every: int, t0):
+        """The :class:`geomjax.Solution` of ``simulate(system, method, state0, dt, steps,
+        controls, save_every, t0)``, differentiated the adjoint's way."""
+
+
 def needs_reorthonormalization(flag: bool | None, dtype) -> bool:
     """The ``reorthonormalize`` policy of the methods: ``None`` means float32 and below, where
     rounding would let the group defect random-walk away (see :meth:`LieGroup.renormalize`)."""

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base import AbstractMethod
+from .base import AbstractAdjoint, AbstractMethod
 
 __all__ = ["ConvergenceError", "Solution", "load_solution", "simulate", "step"]
 
@@ -376,9 +376,7 @@ def simulate(
     n_save = steps // save_every
 
     if adjoint is not None:  # a custom_vjp around this same function (adjoint=None inside)
-        from .adjoint import ReversibleAdjoint
-
-        if not isinstance(adjoint, ReversibleAdjoint) or checkpoint:
+        if not isinstance(adjoint, AbstractAdjoint) or checkpoint:
             raise ValueError(
                 "simulate: argument 'adjoint' must be None or ReversibleAdjoint() (and not combined "
                 f"with checkpoint=True), got {adjoint!r}"
@@ -387,7 +385,7 @@ def simulate(
             callable(controls) and not isinstance(controls, jax.Array)
         ):
             controls = jax.tree_util.tree_map(lambda u: jnp.asarray(u, dtype), controls)
-        return adjoint.run(simulate, system, method, state0, dt, steps, controls, save_every, t0)
+        return adjoint.run(system, method, state0, dt, steps, controls, save_every, t0)
 
     feedback = callable(controls) and not isinstance(controls, jax.Array)
     if controls is None or feedback:
