@@ -13,25 +13,25 @@
   its shape (point masses moved in the body frame; falling-cat type).
 
 The kinematic examples integrate a left- or right-invariant ODE ``ġ = g ξ(t)`` / ``ġ = ξ(t) g`` on
-the group with :class:`Magnus4` (fourth-order Magnus, two Gauss points) through the one driver
-:func:`geomjax.simulate`.  (A general reconstruction framework for base-controlled systems is the
-subject of :mod:`geomjax.reconstruction`; these examples only need the reconstruction ODE with a
-known velocity, which is what :class:`KinematicSystem` encodes.)
+the group with :class:`~geomjax.reconstruction.Magnus4` (fourth-order Magnus, two Gauss points;
+the integrator of :class:`~geomjax.reconstruction.HorizontalLift` too) through the one driver
+:func:`geomjax.simulate`: :class:`~geomjax.reconstruction.KinematicSystem` is the reconstruction
+equation with a known velocity.
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..integrators.base import AbstractMethod, StepStats
 from ..integrators.lgvi import LGVI
 from ..integrators.simulate import simulate
-from ..lie import SE3, SO3, LieGroup
+from ..lie import SE3, SO3
+from ..reconstruction.methods import KinematicState, KinematicSystem, Magnus4, gauss_times
 from ..systems.base import LieGroupState
 from ..systems.rigid_body import RigidBody, RigidBodySE3, RigidBodyState
 from .curves import FourierLoop, Trajectory
@@ -48,8 +48,6 @@ __all__ = [
     "SpacecraftReorientation",
     "sine_basis_controls",
 ]
-
-_GAUSS = (0.5 - math.sqrt(3) / 6, 0.5 + math.sqrt(3) / 6)
 
 
 def sine_basis_controls(coeffs, steps: int):
@@ -242,64 +240,6 @@ def _save_every(steps: int) -> int:
     """The divisor of ``steps`` closest to ``sqrt(steps)`` (checkpointing: memory ``O(sqrt)``)."""
     r = math.sqrt(steps)
     return min((d for d in range(1, steps + 1) if steps % d == 0), key=lambda d: abs(d - r))
-
-
-# --- kinematic reconstruction ODE on a group ------------------------------------------------------
-class KinematicState(eqx.Module):
-    """A point ``g`` of the group (the fiber variable of a base-controlled system)."""
-
-    g: jax.Array
-
-
-class KinematicSystem(eqx.Module):
-    """``ġ = g ξ(t)`` (``side="left"``, body velocity) or ``ġ = ξ(t) g`` (``side="right"``,
-    spatial velocity) with ``ξ`` given as the control: the reconstruction equation of a
-    base-controlled system whose base curve is prescribed (seed 004 §2–4).
-
-    The control of step ``k`` is ``(2, dim)``: ``ξ`` at the two Gauss points of the step."""
-
-    group: LieGroup = eqx.field(static=True)
-    side: Literal["left", "right"] = eqx.field(static=True, default="left")
-
-    def check_state(self, state, name="state0"):
-        return state
-
-
-class Magnus4(AbstractMethod):
-    """Fourth-order Magnus integrator for :class:`KinematicSystem` (Iserles–Nørsett): with ``ξ₁, ξ₂``
-    at the Gauss points ``t_k + (½ ∓ √3/6) h``,
-
-        Ω = h/2 (ξ₁ + ξ₂) + (√3/12) h² [ξ₁, ξ₂],   g_{k+1} = g_k exp(Ω)  (left)
-
-    and ``g_{k+1} = exp(Ω') g_k`` with the commutator sign flipped for the right-invariant
-    equation ``ġ = ξ g`` (Iserles–Nørsett's ``Y' = A(t) Y``: ``Ω' = h/2 (A₁ + A₂) −
-    (√3/12) h² [A₁, A₂]``; the left case follows from ``(g⁻¹)' = −ξ g⁻¹``).  Explicit; stays on the group to round-off."""
-
-    order: ClassVar[int] = 4
-
-    def supports(self, system) -> bool:
-        return isinstance(system, KinematicSystem)
-
-    def step(self, system, state, dt, control=None, t=0.0):
-        G = system.group
-        g = state.g
-        h = jnp.asarray(dt, g.dtype)
-        x1, x2 = control[0], control[1]
-        comm = G.vee(G.hat(x1) @ G.hat(x2) - G.hat(x2) @ G.hat(x1))
-        if system.side == "left":
-            Om = 0.5 * h * (x1 + x2) + math.sqrt(3) / 12 * h**2 * comm
-            g1 = G.compose(g, G.exp(Om))
-        else:
-            Om = 0.5 * h * (x1 + x2) - math.sqrt(3) / 12 * h**2 * comm
-            g1 = G.compose(G.exp(Om), g)
-        return KinematicState(g1), StepStats.explicit(g.dtype)
-
-
-def gauss_times(duration, steps, dtype):
-    """``(steps, 2)`` Gauss-point times of ``steps`` equal steps over ``[0, duration]``."""
-    h = duration / steps
-    k = jnp.arange(steps, dtype=dtype)[:, None]
-    return h * (k + jnp.asarray(_GAUSS, dtype)[None, :])
 
 
 def _reconstruct(group, side, g0, xi, duration, steps, checkpoint):

@@ -22,13 +22,25 @@ from .examples import (
     magnetic_deforming_body,
     vertical_disk,
 )
-from .methods import HorizontalLift, MomentumLGVI, ReconstructionRKMK4
+from .methods import (
+    HorizontalLift,
+    KinematicState,
+    KinematicSystem,
+    Magnus4,
+    MomentumLGVI,
+    ReconstructionRKMK4,
+    gauss_times,
+    magnus4_update,
+)
 from .phases import holonomy, reconstruct, so3_phases, solid_angle
 
 __all__ = [
     "BaseControlledSystem",
     "Coefficients",
     "HorizontalLift",
+    "KinematicState",
+    "KinematicSystem",
+    "Magnus4",
     "MomentumLGVI",
     "Reconstruction",
     "ReconstructionRKMK4",
@@ -37,10 +49,12 @@ __all__ = [
     "deforming_body",
     "examples",
     "free_rigid_body",
+    "gauss_times",
     "gyrostat",
     "holonomy",
     "linked_bodies",
     "magnetic_deforming_body",
+    "magnus4_update",
     "reconstruct",
     "saddle_solve",
     "so3_phases",

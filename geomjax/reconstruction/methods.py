@@ -8,13 +8,17 @@
   round-off.  Second order.
 * :class:`ReconstructionRKMK4` — fourth-order Runge–Kutta–Munthe-Kaas on ``(g, Π)`` for reference
   solutions (not momentum-preserving).
-* :class:`HorizontalLift` — the zero-momentum / purely kinematic case: RKMK4 on
-  ``ġ = g ξ(t)`` with ``ξ = −𝒜(ḋ₀)`` (plus the affine part), fourth order.
+* :class:`HorizontalLift` — the zero-momentum / purely kinematic case: ``ġ = g ξ(t)`` with
+  ``ξ = −𝒜(ḋ₀)`` (plus the affine part), by the fourth-order Magnus step.
+* :class:`Magnus4` on :class:`KinematicSystem` — the reconstruction equation ``ġ = g ξ(t)`` (or
+  ``ġ = ξ(t) g``) with the velocity given as the control: the same Magnus step
+  (:func:`magnus4_update`), the one integrator of ``ġ = g ξ(t)`` in geomjax.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -27,7 +31,83 @@ from ..integrators.rkmk import rkmk4_step
 from ..lie.base import LieGroup
 from .core import Reconstruction, saddle_solve
 
-__all__ = ["HorizontalLift", "MomentumLGVI", "ReconstructionRKMK4"]
+__all__ = [
+    "HorizontalLift",
+    "KinematicState",
+    "KinematicSystem",
+    "Magnus4",
+    "MomentumLGVI",
+    "ReconstructionRKMK4",
+    "gauss_times",
+    "magnus4_update",
+]
+
+#: the two Gauss–Legendre nodes of a step, as fractions of it
+GAUSS_NODES = (0.5 - math.sqrt(3) / 6, 0.5 + math.sqrt(3) / 6)
+
+
+def magnus4_update(group: LieGroup, g, xi1, xi2, h, side: str = "left"):
+    """One fourth-order Magnus step (Iserles–Nørsett) of ``ġ = g ξ(t)`` (``side="left"``) or
+    ``ġ = ξ(t) g`` (``side="right"``) from ``ξ₁, ξ₂`` at the Gauss points
+    ``t_k + (½ ∓ √3/6) h``::
+
+        Ω = h/2 (ξ₁ + ξ₂) ± (√3/12) h² [ξ₁, ξ₂],   g_{k+1} = g_k exp(Ω)  or  exp(Ω) g_k
+
+    (``+`` for the left equation, ``−`` for the right one, Iserles–Nørsett's ``Y' = A(t) Y``; the
+    left case follows from ``(g⁻¹)' = −ξ g⁻¹``).  Explicit, time-symmetric, exact on the group up
+    to the round-off of ``exp``.  Shapes: ``g`` the group's element shape, ``ξ₁, ξ₂`` ``(dim,)``."""
+    comm = group.vee(group.hat(xi1) @ group.hat(xi2) - group.hat(xi2) @ group.hat(xi1))
+    sign = 1.0 if side == "left" else -1.0
+    omega = 0.5 * h * (xi1 + xi2) + sign * math.sqrt(3) / 12 * h**2 * comm
+    if side == "left":
+        return group.compose(g, group.exp(omega))
+    return group.compose(group.exp(omega), g)
+
+
+def gauss_times(duration, steps, dtype):
+    """``(steps, 2)`` Gauss-point times of ``steps`` equal steps over ``[0, duration]`` (where
+    :class:`Magnus4` wants its controls ``ξ``)."""
+    h = duration / steps
+    k = jnp.arange(steps, dtype=dtype)[:, None]
+    return h * (k + jnp.asarray(GAUSS_NODES, dtype)[None, :])
+
+
+class KinematicState(eqx.Module):
+    """A point ``g`` of the group (the fiber variable of a base-controlled system)."""
+
+    g: jax.Array
+
+
+class KinematicSystem(eqx.Module):
+    """``ġ = g ξ(t)`` (``side="left"``, body velocity) or ``ġ = ξ(t) g`` (``side="right"``,
+    spatial velocity) with ``ξ`` given as the control: the reconstruction equation of a
+    base-controlled system whose base curve is prescribed (Cabrera, *Base-controlled mechanical
+    systems and geometric phases*, §2–4).
+
+    The control of step ``k`` is ``(2, dim)``: ``ξ`` at the two Gauss points of the step
+    (:func:`gauss_times`)."""
+
+    group: LieGroup = eqx.field(static=True)
+    side: Literal["left", "right"] = eqx.field(static=True, default="left")
+
+    def check_state(self, state, name="state0"):
+        return state
+
+
+class Magnus4(AbstractMethod):
+    """Fourth-order Magnus integrator for :class:`KinematicSystem` (:func:`magnus4_update`).
+    Explicit; stays on the group to round-off."""
+
+    order: ClassVar[int] = 4
+
+    def supports(self, system) -> bool:
+        return isinstance(system, KinematicSystem)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        g = state.g
+        h = jnp.asarray(dt, g.dtype)
+        g1 = magnus4_update(system.group, g, control[0], control[1], h, system.side)
+        return KinematicState(g1), StepStats.explicit(g.dtype)
 
 
 class _DELResidual(eqx.Module):
@@ -158,7 +238,8 @@ class HorizontalLift(AbstractMethod):
     ``μ = 0``): ``ġ = g ξ(t)`` with ``ξ`` from ``Cξ = r`` and zero momentum along ``g^{d₀}``,
     i.e. ``ξ = −𝒜(ḋ₀)`` for linear constraints.  This *is* the physical motion when
     ``g^q = 0`` (purely kinematic constraints) or when ``D = TQ`` and the momentum vanishes.
-    RKMK4 (fourth order); the momentum of the state is reset to the lift's ``I₀ξ + J₀``."""
+    Fourth order: the Magnus step :func:`magnus4_update` with ``ξ`` at the two Gauss points of
+    the step; the momentum of the state is reset to the lift's ``I₀ξ + J₀`` at the step's end."""
 
     order: ClassVar[int] = 4
 
@@ -166,18 +247,13 @@ class HorizontalLift(AbstractMethod):
         return isinstance(system, Reconstruction)
 
     def step(self, system, state, dt, control=None, t=0.0):
-        G = system.group
         g0, mu0 = system.split(state)
         h = jnp.asarray(dt, mu0.dtype)
         t = jnp.asarray(t, mu0.dtype)
-        # ξ(t) does not depend on g: three vmapped evaluations serve the four RK stages
-        cos = jax.vmap(system.coefficients)(jnp.stack([t, t + 0.5 * h, t + h]))
+        # ξ(t) does not depend on g: one vmapped evaluation at the two Gauss points and the end
+        nodes = jnp.asarray((*GAUSS_NODES, 1.0), mu0.dtype)
+        cos = jax.vmap(system.coefficients)(t + h * nodes)
         xis = jax.vmap(lambda c: saddle_solve(c.I0, c.C, -c.J0, c.r)[0])(cos)
-        th0 = jnp.zeros_like(mu0)
-        k1 = xis[0]
-        k2 = G.jac_right_inv(0.5 * h * k1) @ xis[1]
-        k3 = G.jac_right_inv(0.5 * h * k2) @ xis[1]
-        k4 = G.jac_right_inv(h * k3) @ xis[2]
-        theta = th0 + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        g1 = magnus4_update(system.group, g0, xis[0], xis[1], h, "left")
         mu1 = cos.I0[2] @ xis[2] + cos.J0[2]
-        return system.make_state(G.compose(g0, G.exp(theta)), mu1), StepStats.explicit(mu0.dtype)
+        return system.make_state(g1, mu1), StepStats.explicit(mu0.dtype)

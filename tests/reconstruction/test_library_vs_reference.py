@@ -173,7 +173,7 @@ def test_planar_linked_bodies_holonomy_vmapped_against_newton_euler():
         )  # fmt: skip
         d = r["theta"][-1, 0] - r["theta"][0, 0]
         assert abs(d) > 1e-3
-        # HorizontalLift is RKMK4: h = 2π/128, observed ≤ 1e-9
+        # HorizontalLift is fourth order (Magnus): h = 2π/128
         assert float(np.ravel(h)[0]) == pytest.approx(d, abs=1e-7)
 
 
