@@ -1,31 +1,38 @@
 """geomjax: differentiable geometric mechanics in JAX.
 
-Lie groups (:mod:`geomjax.lie`), mechanical systems (:mod:`geomjax.systems`), structure-preserving
-integrators and the :func:`simulate` driver (:mod:`geomjax.integrators`), Riemannian geometry,
-holonomic constraints and rigid systems of particles (:mod:`geomjax.riemann`).
+Lie groups (:mod:`geomjax.lie`); mechanical systems (:mod:`geomjax.systems`) and Lagrangian
+systems in coordinates (:mod:`geomjax.variational`); structure-preserving integrators and the one
+driver :func:`simulate` (:mod:`geomjax.integrators`); Riemannian geometry, holonomic constraints
+and rigid systems of particles (:mod:`geomjax.riemann`); base-controlled systems, reconstruction
+and geometric phases (:mod:`geomjax.reconstruction`); control and trajectory optimization
+(:mod:`geomjax.control`).  The most used names of each are re-exported here.
 
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
 
-One thing is set at import: a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS``
-(:mod:`geomjax._xla`: time loops and Newton solves compiled as single kernels, 3–11× faster
-nonholonomic steps at batch 1 on CPU, results equal to round-off), effective when geomjax is imported
-before JAX's first computation; ``GEOMJAX_XLA_FLAGS=0`` turns it off, and ``XLA_FLAGS`` that
-already set ``xla_backend_extra_options`` are left alone.  And the objects that exist at the end of
-the import (modules of jax, numpy, equinox, geomjax) are taken out of the cyclic garbage
-collector's scans (:mod:`geomjax._gc`, :func:`gc.freeze`: full collections during tracing no
-longer walk them); ``GEOMJAX_GC_FREEZE=0`` turns that off.
+Two things are set at import, each with a switch (the documentation's Architecture page lists
+them): a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS`` (:mod:`geomjax._xla`:
+time loops and Newton solves compiled as single kernels; ``GEOMJAX_XLA_FLAGS=0`` turns it off),
+effective when geomjax is imported before JAX's first computation; and :func:`gc.freeze` of the
+objects that exist at the end of the import (:mod:`geomjax._gc`: full collections during tracing
+no longer walk them; ``GEOMJAX_GC_FREEZE=0`` turns it off).
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import _xla as _xla  # sets XLA_FLAGS at import, before anything can compute
-from . import integrators, lie, riemann, systems
+from . import control, integrators, lie, reconstruction, riemann, systems, variational
+from .control import GroupParam, OptimizeResult, optimize, optimize_restarts
 from .integrators import (
     LGVI,
+    RATTLE,
     RKMK4,
+    Composition,
+    DiscreteEulerLagrange,
+    Impacts,
     NonholonomicVI,
+    ReversibleAdjoint,
     RigidBodySplitting,
     Solution,
     diagnostics,
@@ -35,6 +42,17 @@ from .integrators import (
     step,
 )
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
+from .reconstruction import (
+    BaseControlledSystem,
+    HorizontalLift,
+    MomentumLGVI,
+    Reconstruction,
+    ReconstructionRKMK4,
+    holonomy,
+    reconstruct,
+    so3_phases,
+    solid_angle,
+)
 from .riemann import (
     Embedding,
     LeftInvariantMetric,
@@ -68,119 +86,101 @@ from .systems import (
     VerticalRollingDisk,
     momentum_equation,
 )
+from .variational import LagrangianSystem, VariationalState
 
 try:
     __version__ = _version("geomjax")
 except _PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
-__all__ = [
-    "LGVI",
-    "RKMK4",
-    "SE2",
-    "SE3",
-    "SO2",
-    "SO3",
-    "BallOnTurntable",
-    "ChaplyginSleigh",
-    "ChaplyginSphere",
-    "Embedding",
-    "EulerPoincareSystem",
-    "GravityGradient",
-    "HeavyTop",
-    "LeftInvariantMetric",
-    "LevelSetConstraint",
-    "LieGroup",
-    "LieGroupState",
-    "MovingEmbedding",
-    "MovingFrame",
-    "NonholonomicState",
-    "NonholonomicSystem",
-    "NonholonomicVI",
-    "ParticleSystem",
-    "RigidBody",
-    "RigidBodySE3",
-    "RigidBodySplitting",
-    "RigidBodyState",
-    "RigidSystem",
-    "Rn",
-    "RollingDisk",
-    "SE3Gravity",
-    "Solution",
-    "SuslovProblem",
-    "Tn",
-    "UniformGravity",
-    "VerticalRollingDisk",
+# the one export list, grouped by concept
+__all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "__version__",
-    "christoffel",
-    "diagnostics",
-    "euler_lagrange_acceleration",
-    "geodesic_acceleration",
+    # subpackages
+    "control",
     "integrators",
     "lie",
-    "load_solution",
-    "momentum_equation",
-    "newton_acceleration",
+    "reconstruction",
     "riemann",
-    "simulate",
-    "simulate_sharded",
-    "step",
     "systems",
-]
-
-# issue 9: composition (higher order) and the reversible adjoint
-from .integrators import Composition, ReversibleAdjoint
-
-__all__ += ["Composition", "ReversibleAdjoint"]
-
-# variational integrators in coordinates (issue 12)
-from . import variational  # noqa: E402
-from .integrators import RATTLE, DiscreteEulerLagrange, Impacts  # noqa: E402
-from .variational import LagrangianSystem, VariationalState  # noqa: E402
-
-__all__ += [
-    "RATTLE",
-    "DiscreteEulerLagrange",
-    "Impacts",
+    "variational",
+    # Lie groups
+    "LieGroup",
+    "SO2",
+    "SE2",
+    "SO3",
+    "SE3",
+    "Rn",
+    "Tn",
+    # systems on Lie groups, potentials and states
+    "EulerPoincareSystem",
+    "RigidBody",
+    "RigidBodySE3",
+    "RigidBodyState",
+    "LieGroupState",
+    "HeavyTop",
+    "GravityGradient",
+    "SE3Gravity",
+    "UniformGravity",
+    # Lagrangian systems in coordinates
     "LagrangianSystem",
     "VariationalState",
-    "variational",
-]
-
-# --- base-controlled systems, reconstruction and geometric phases (seed 004) -------------------
-from . import reconstruction  # noqa: E402
-from .reconstruction import (  # noqa: E402
-    BaseControlledSystem,
-    HorizontalLift,
-    MomentumLGVI,
-    Reconstruction,
-    ReconstructionRKMK4,
-    holonomy,
-    reconstruct,
-    so3_phases,
-    solid_angle,
-)
-
-__all__ += [
+    # nonholonomic systems
+    "NonholonomicSystem",
+    "NonholonomicState",
+    "ChaplyginSleigh",
+    "VerticalRollingDisk",
+    "RollingDisk",
+    "BallOnTurntable",
+    "ChaplyginSphere",
+    "SuslovProblem",
+    "momentum_equation",
+    # integrators and the driver
+    "simulate",
+    "step",
+    "Solution",
+    "load_solution",
+    "diagnostics",
+    "simulate_sharded",
+    "LGVI",
+    "RKMK4",
+    "RigidBodySplitting",
+    "NonholonomicVI",
+    "DiscreteEulerLagrange",
+    "RATTLE",
+    "Impacts",
+    "Composition",
+    "ReversibleAdjoint",
+    # Riemannian geometry, constraints and rigid systems of particles
+    "christoffel",
+    "geodesic_acceleration",
+    "newton_acceleration",
+    "euler_lagrange_acceleration",
+    "Embedding",
+    "LevelSetConstraint",
+    "MovingEmbedding",
+    "MovingFrame",
+    "LeftInvariantMetric",
+    "ParticleSystem",
+    "RigidSystem",
+    # base-controlled systems, reconstruction and geometric phases
     "BaseControlledSystem",
-    "HorizontalLift",
-    "MomentumLGVI",
     "Reconstruction",
+    "MomentumLGVI",
     "ReconstructionRKMK4",
-    "holonomy",
+    "HorizontalLift",
     "reconstruct",
-    "reconstruction",
+    "holonomy",
     "so3_phases",
     "solid_angle",
+    # control and trajectory optimization
+    "optimize",
+    "optimize_restarts",
+    "OptimizeResult",
+    "GroupParam",
 ]
 
-# --- gradient-based control and trajectory optimization (issue 11) -------------------------------
-from . import control  # noqa: E402
-from .control import GroupParam, OptimizeResult, optimize, optimize_restarts  # noqa: E402
-
-__all__ += ["GroupParam", "OptimizeResult", "control", "optimize", "optimize_restarts"]
-
 # last: everything imported so far lives as long as the process (geomjax._gc)
-from . import _gc  # noqa: E402
+from . import _gc
 
 _gc.freeze_import_time_objects()
