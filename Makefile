@@ -20,6 +20,11 @@ demo: $(STAMP)
 test: $(STAMP) lint
 	$(PY) -m pytest
 
+# the checks whose long version runs only under GEOMJAX_FULL=1 (marked slow), at full size
+.PHONY: test-full
+test-full: $(STAMP)
+	GEOMJAX_FULL=1 $(PY) -m pytest -m slow
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

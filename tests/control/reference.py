@@ -2,8 +2,7 @@
 on the *unreduced* (spatial, matrix) equations, written in NumPy without geomjax."""
 
 import numpy as np
-
-scipy_integrate = __import__("pytest").importorskip("scipy.integrate")
+import scipy.integrate as scipy_integrate
 
 TOL = dict(rtol=1e-12, atol=1e-12, method="DOP853")
 

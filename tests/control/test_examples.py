@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import geomjax as gj
 from geomjax.control import Trajectory, optimize
 from geomjax.control.examples import (
     AttitudeManeuver,
@@ -77,8 +78,17 @@ def test_attitude_manoeuvre_reaches_target_confirmed_by_dop853():
     R, _, w, _ = rigid_body_zoh(I, 1.0, np.eye(3), np.zeros(3), u, prob.dt)
     angle = rotation_angle(np.asarray(prob.R_target).T @ R)
     assert angle < REACH and np.linalg.norm(w) < REACH
-    # the LGVI final attitude agrees with the reference to its O(h²) accuracy
-    assert rotation_angle(R.T @ R_lgvi) < 5e-4
+    # the LGVI final attitude agrees with the reference to its O(h²) accuracy: its error is the
+    # Richardson estimate 4/3·|R_h − R_{h/2}| from a second run at h/2 (the same zero-order-hold
+    # torques, each held over two steps), within 10% (measured 2.9277e-4 vs 2.9273e-4: the
+    # O(h⁴) remainder is far smaller)
+    half = gj.simulate(
+        prob.system, gj.LGVI(), gj.RigidBodyState(jnp.eye(3), jnp.zeros(3)), prob.dt / 2,
+        2 * prob.steps, controls=jnp.repeat(jnp.asarray(u), 2, axis=0),
+    ).final_state  # fmt: skip
+    estimate = 4 / 3 * rotation_angle(np.asarray(half.R).T @ R_lgvi)
+    assert abs(rotation_angle(R.T @ R_lgvi) - estimate) < 0.1 * estimate
+    assert estimate < REACH  # the discretization error stays below the target tolerance
 
 
 def test_pose_lgvi_on_se3_agrees_with_dop853_spatial_newton_euler():

@@ -4,8 +4,7 @@ forced Euler–Poincaré equations in matrix form (g flattened, mu), independent
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-scipy_integrate = __import__("pytest").importorskip("scipy.integrate")
+import scipy.integrate as scipy_integrate
 
 
 def ep_rhs(system, t, g, mu, u=None):

@@ -287,7 +287,14 @@ def test_float32_runs_are_stable(method):
     # round-off random walk at float32 level, no blow-up
     err = _rel_energy_error(RB, sol)
     assert np.all(np.isfinite(err)) and err.max() < 1e-3
-    assert float(jnp.max(gj.SO3.defect(sol.states.R))) < 1e-4
+    # group defect: the LGVI and the splitting stay at round-off (renormalized; measured
+    # ≤ 5 eps32 = 6e-7), asserted 16 eps32.  RKMK4 multiplies R by exp(·) 2e4 times without
+    # projection: each float32 product adds at most γ₃ ≈ 3 eps32 of defect (2e4·γ₃ ≈ 7e-3 worst
+    # case), mostly cancelling: measured 7.3e-5 (0.03 eps32 per step, growing ~linearly); asserted
+    # eps32/4 per step (6e-4): a margin of 8 for other rounding patterns (FMA, summation order)
+    eps = np.finfo(np.float32).eps
+    bound = 20_000 * eps / 4 if isinstance(method, gj.RKMK4) else 16 * eps
+    assert float(jnp.max(gj.SO3.defect(sol.states.R))) < bound
 
 
 def test_continuing_a_run_is_bitwise_identical():

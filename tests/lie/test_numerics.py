@@ -7,8 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy.spatial.transform import Rotation
 
 import geomjax as gj
 
@@ -177,7 +179,6 @@ def test_check_raises_clear_errors(G):
 
 
 def test_quaternions_against_scipy():
-    Rotation = pytest.importorskip("scipy.spatial.transform").Rotation
     R = gj.SO3.random(jax.random.PRNGKey(0), (200,))
     q = gj.SO3.to_quaternion(R)
     assert bool(jnp.all(q[:, 0] >= 0))
@@ -193,12 +194,11 @@ def test_quaternions_against_scipy():
 
 @given(seed=st.integers(0, 2**30), noise=st.floats(1e-6, 0.3))
 def test_project_is_the_polar_factor(seed, noise):
-    scipy_linalg = pytest.importorskip("scipy.linalg")
     rng = np.random.default_rng(seed)
     R = np.asarray(gj.SO3.exp(rng.standard_normal(3)))
     M = R + noise * rng.standard_normal((3, 3))
     P = np.asarray(gj.SO3.project(M))
-    U, _ = scipy_linalg.polar(M)
+    U, _ = scipy.linalg.polar(M)
     if np.linalg.det(U) > 0:
         np.testing.assert_allclose(P, U, atol=1e-10)
     assert float(gj.SO3.defect(P)) < 1e-12

@@ -10,8 +10,7 @@ relative to the support).
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-scipy_integrate = __import__("pytest").importorskip("scipy.integrate")
+import scipy.integrate as scipy_integrate
 
 E3 = np.array([0.0, 0.0, 1.0])
 

@@ -7,11 +7,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
+import scipy.integrate as scipy_integrate
 
 import geomjax as gj
-
-scipy_integrate = pytest.importorskip("scipy.integrate")
 
 G0 = 9.81
 
