@@ -52,6 +52,11 @@ def _membership(group, g, tol):
     return jnp.any(~(d <= tol)), jnp.max(jnp.where(jnp.isfinite(d), d, jnp.inf))
 
 
+def _coAd_matrix(A, mu):
+    """``A^T mu`` for ``A`` ``(..., n, n)``, ``mu`` ``(..., n)``."""
+    return jnp.sum(A * as_float(mu)[..., :, None], axis=-2)
+
+
 class LieGroup(eqx.Module):
     """Abstract Lie group G with Lie algebra g ≅ R^dim.
 
@@ -212,6 +217,19 @@ class LieGroup(eqx.Module):
 
     def cay_jac_right_inv(self, xi) -> jax.Array:
         return self.cay_jac_left_inv(-as_float(xi))
+
+    def cay_coAd(self, xi, mu) -> jax.Array:
+        """``Ad(cay(xi))^T mu``: the momentum update of the Cayley LGVI.
+
+        Groups whose ``Ad(cay(xi))`` is ``1 + O(|xi|)`` override it to apply the increment
+        ``(Ad(cay(xi)) − 1)^T mu`` formed without the identity (SO(3), SE(3)): the rounding of
+        entries ``1 + O(|xi|²)`` in float32 has one sign for many steps, and a coadjoint orbit
+        (``|Pi|`` on SO(3)) then drifts in one direction."""
+        return _coAd_matrix(self.Ad(self.cay(xi)), mu)
+
+    def exp_coAd(self, xi, mu) -> jax.Array:
+        """``Ad(exp(xi))^T mu`` (see :meth:`cay_coAd`)."""
+        return _coAd_matrix(self.Ad(self.exp(xi)), mu)
 
     # --- derived -----------------------------------------------------------------------------
     def coad(self, xi, mu) -> jax.Array:
