@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._linalg import select_stack, solve3_scalars, stack_scalars
+from .._linalg import select_stack, solve3_scalars, stack_scalars, two_sum
 
 
 def to_carry(R, Pi, compensated: bool = False):
@@ -41,15 +41,6 @@ def split(c):
 def compensation(c):
     """``Pi_lo`` of a ``(15,)`` carry as 3 scalars, or ``None`` for a ``(12,)`` carry."""
     return tuple(c[12 + i] for i in range(3)) if c.shape[-1] == 15 else None
-
-
-def two_sum(a, b):
-    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e = a + b`` exactly (Knuth's TwoSum: 6 flops,
-    no condition on the magnitudes; Higham, *Accuracy and Stability of Numerical Algorithms*,
-    §4.3)."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
 
 
 def add_compensated(x, lo, d):

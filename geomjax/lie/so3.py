@@ -66,10 +66,10 @@ def _jl3_inv(w):
 
 
 def _rotate_increment(w, mu, a, b):
-    """``(I + a hat(w) + b hat(w)²)^T mu = mu + (−a w × mu + b w × (w × mu))``: the increment is
-    formed on its own and added last (no entry ``1 + O(|w|²)`` is rounded)."""
+    """``(I + a hat(w) + b hat(w)²)^T mu − mu = −a w × mu + b w × (w × mu)``, formed without
+    the identity (no entry ``1 + O(|w|²)`` is rounded)."""
     u = cross(w, mu)
-    return mu + (b[..., None] * cross(w, u) - a[..., None] * u)
+    return b[..., None] * cross(w, u) - a[..., None] * u
 
 
 def _quat_from_matrix(R):
@@ -198,20 +198,20 @@ class SpecialOrthogonal3(LieGroup):
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
         return _poly(w, c, 0.5 * c)
 
-    def cay_coAd(self, xi, mu):
-        """``cay(w)^T mu = mu − c w × mu + c/2 w × (w × mu)``, ``c = 4/(4+|w|²)``, in increment
-        form (:meth:`geomjax.LieGroup.cay_coAd`): the norm of the result is off by the rounding
-        of the final sum and ``O(eps |w|)``, with no bias."""
-        w = check_shape(xi, (3,), "xi", "SO3.cay_coAd")
-        mu = check_shape(mu, (3,), "mu", "SO3.cay_coAd")
+    def cay_coAd_increment(self, xi, mu):
+        """``cay(w)^T mu − mu = − c w × mu + c/2 w × (w × mu)``, ``c = 4/(4+|w|²)``
+        (:meth:`geomjax.LieGroup.cay_coAd_increment`): ``mu`` plus this increment has the
+        norm of ``mu`` up to ``O(eps |w| |mu|)`` and the rounding of the sum, with no bias."""
+        w = check_shape(xi, (3,), "xi", "SO3.cay_coAd_increment")
+        mu = check_shape(mu, (3,), "mu", "SO3.cay_coAd_increment")
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
         return _rotate_increment(w, mu, c, 0.5 * c)
 
-    def exp_coAd(self, xi, mu):
-        """``exp(w)^T mu = mu − sin θ/θ w × mu + (1 − cos θ)/θ² w × (w × mu)`` in increment form
-        (:meth:`cay_coAd`)."""
-        w = check_shape(xi, (3,), "xi", "SO3.exp_coAd")
-        mu = check_shape(mu, (3,), "mu", "SO3.exp_coAd")
+    def exp_coAd_increment(self, xi, mu):
+        """``exp(w)^T mu − mu = − sin θ/θ w × mu + (1 − cos θ)/θ² w × (w × mu)``
+        (:meth:`cay_coAd_increment`)."""
+        w = check_shape(xi, (3,), "xi", "SO3.exp_coAd_increment")
+        mu = check_shape(mu, (3,), "mu", "SO3.exp_coAd_increment")
         t2 = jnp.sum(w * w, -1)
         return _rotate_increment(w, mu, sinc(t2), one_minus_cos_over_sq(t2))
 
