@@ -13,6 +13,8 @@
     * a classical RK4 on Euler's equations ``Pi' = Pi × I⁻¹Pi`` in a bare ``lax.scan``, float32
       (the stand-in for MuJoCo MJX's RK4, which is not installed here),
     * ``LGVI()`` in float64 (the method's own truncation error);
+    * ``RigidBodySplitting()`` in float32 (its axis rotations in increment form too, no
+      compensated carry);
     with ``√N·u`` (``u = 2^-24``), the random walk of ``N`` unbiased roundings, for scale.
 (b) heavy top (``m g = 9.81``, ``rho = (0, 0.1, 0.4)``) and (c) a free SE(3) body (mass 2,
     inertia diag(1, 2, 3), centre of mass offset (0.1, 0, 0.05)): energy and Casimir errors, the
@@ -94,6 +96,7 @@ def free_body(steps):
                 ("LGVI() float64", F64, gj.LGVI()),
                 ("LGVI(compensate=False)", F32, gj.LGVI(compensate=False)),
                 ("LGVI()", F32, gj.LGVI()),
+                ("RigidBodySplitting()", F32, gj.RigidBodySplitting()),
             ]:
                 st = gj.RigidBodyState(jnp.eye(3, dtype=dtype), jnp.asarray(pi0, dtype))
                 runs[name] = simulate(
