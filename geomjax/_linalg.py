@@ -33,6 +33,16 @@ __all__ = [
 DEGENERACY_FACTOR = 100.0
 
 
+def two_sum(a, b):
+    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e = a + b`` exactly (Knuth's TwoSum: 6 flops,
+    no condition on the magnitudes; Higham, *Accuracy and Stability of Numerical Algorithms*,
+    §4.3).  Elementwise; XLA does not reassociate floating-point sums, so it stays exact.
+    Its derivative is that of ``(a + b, 0)`` to round-off."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
 def degeneracy_tol(n: int, dtype) -> float:
     """The threshold ``τ(n, dtype) = 100 · n · eps(dtype)`` below which an ``n×n`` SPD matrix is
     declared degenerate by :func:`pivot_ratio` (float64, n = 3: 6.7e-14; float32, n = 3: 3.6e-5).

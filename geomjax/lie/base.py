@@ -52,6 +52,12 @@ def _membership(group, g, tol):
     return jnp.any(~(d <= tol)), jnp.max(jnp.where(jnp.isfinite(d), d, jnp.inf))
 
 
+def _coAd_minus_identity(A, mu):
+    """``(A − 1)^T mu`` for ``A`` ``(..., n, n)``, ``mu`` ``(..., n)``."""
+    A = A - jnp.eye(A.shape[-1], dtype=A.dtype)
+    return jnp.sum(A * as_float(mu)[..., :, None], axis=-2)
+
+
 class LieGroup(eqx.Module):
     """Abstract Lie group G with Lie algebra g ≅ R^dim.
 
@@ -212,6 +218,21 @@ class LieGroup(eqx.Module):
 
     def cay_jac_right_inv(self, xi) -> jax.Array:
         return self.cay_jac_left_inv(-as_float(xi))
+
+    def cay_coAd_increment(self, xi, mu) -> jax.Array:
+        """``Ad(cay(xi))^T mu − mu``: the rotation of the momenta in a Cayley LGVI step, as an
+        increment (the step adds it to ``mu`` last, compensated in float32).
+
+        Groups whose ``Ad(cay(xi))`` is ``1 + O(|xi|)`` override it to form the increment
+        without the identity (SO(3), SE(3)): rounded to float32, the entries ``1 + O(|xi|²)``
+        of ``Ad(cay(xi))`` err with one sign for many steps, and the coadjoint orbit (``|Pi|``
+        on SO(3)) then drifts in one direction.  This default subtracts the identity from the
+        matrix."""
+        return _coAd_minus_identity(self.Ad(self.cay(xi)), mu)
+
+    def exp_coAd_increment(self, xi, mu) -> jax.Array:
+        """``Ad(exp(xi))^T mu − mu`` (see :meth:`cay_coAd_increment`)."""
+        return _coAd_minus_identity(self.Ad(self.exp(xi)), mu)
 
     # --- derived -----------------------------------------------------------------------------
     def coad(self, xi, mu) -> jax.Array:

@@ -94,6 +94,9 @@ class PowerGroup(LieGroup):
     def ad(self, xi):
         return _blockdiag(self.base.ad(self._split(xi)), self.k)
 
+    def exp_coAd_increment(self, xi, mu):
+        return self._join(self.base.exp_coAd_increment(self._split(xi), self._split(mu)))
+
     def jac_left(self, xi):
         return _blockdiag(self.base.jac_left(self._split(xi)), self.k)
 

@@ -176,6 +176,34 @@ class SpecialEuclidean3(LieGroup):
         # (I - W/2)^{-1} = I + (2W + W^2)/(4 + |w|^2)
         return _assemble(_poly(w, c, 0.5 * c), mv(_poly(w, 0.5 * c, 0.25 * c), v))
 
+    def cay_coAd_increment(self, xi, mu):
+        """``Ad(cay(xi))^T mu − mu = (R^T (pi − p × P) − pi, R^T P − P)`` for ``mu = (pi, P)``
+        and ``cay(xi) = [[R, p], [0, 1]]``, with ``R^T v − v`` from
+        :meth:`SO3.cay_coAd_increment` (no float32 drift of the Casimirs ``|P|²``, ``pi · P``)."""
+        xi = check_shape(xi, (6,), "xi", "SE3.cay_coAd_increment")
+        mu = check_shape(mu, (6,), "mu", "SE3.cay_coAd_increment")
+        w, v = xi[..., :3], xi[..., 3:]
+        c = 4.0 / (4.0 + jnp.sum(w * w, -1))[..., None]
+        wv = cross(w, v)
+        p = v + 0.5 * c * wv + 0.25 * c * cross(w, wv)  # (I − hat(w)/2)^{-1} v
+        return self._coAd_blocks(SO3.cay_coAd_increment, w, p, mu)
+
+    def exp_coAd_increment(self, xi, mu):
+        """``Ad(exp(xi))^T mu − mu`` (as :meth:`cay_coAd_increment`, ``p = J_l(omega) v``)."""
+        xi = check_shape(xi, (6,), "xi", "SE3.exp_coAd_increment")
+        mu = check_shape(mu, (6,), "mu", "SE3.exp_coAd_increment")
+        w, v = xi[..., :3], xi[..., 3:]
+        t2 = jnp.sum(w * w, -1)
+        wv = cross(w, v)
+        B, C = one_minus_cos_over_sq(t2)[..., None], theta_minus_sin_over_cube(t2)[..., None]
+        return self._coAd_blocks(SO3.exp_coAd_increment, w, v + B * wv + C * cross(w, wv), mu)
+
+    @staticmethod
+    def _coAd_blocks(increment, w, p, mu):
+        pi, P = mu[..., :3], mu[..., 3:]
+        pP = cross(p, P)
+        return jnp.concatenate([increment(w, pi - pP) - pP, increment(w, P)], -1)
+
     def cay_inv(self, g):
         g = check_shape(g, (4, 4), "g", "SE3.cay_inv")
         w = SO3.cay_inv(g[..., :3, :3])

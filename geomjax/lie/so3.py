@@ -65,6 +65,13 @@ def _jl3_inv(w):
     return _poly(w, jnp.full_like(t2, -0.5), half_cot_coeff(t2))
 
 
+def _rotate_increment(w, mu, a, b):
+    """``(I + a hat(w) + b hat(w)²)^T mu − mu = −a w × mu + b w × (w × mu)``, formed without
+    the identity (no entry ``1 + O(|w|²)`` is rounded)."""
+    u = cross(w, mu)
+    return b[..., None] * cross(w, u) - a[..., None] * u
+
+
 def _quat_from_matrix(R):
     """Shepperd's method: ``K = 4 q q^T`` is linear in R; normalise its column with the largest
     diagonal entry (always ≥ 1, so the square root and division are safe and AD-friendly)."""
@@ -190,6 +197,23 @@ class SpecialOrthogonal3(LieGroup):
         w = check_shape(xi, (3,), "xi", "SO3.cay")
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
         return _poly(w, c, 0.5 * c)
+
+    def cay_coAd_increment(self, xi, mu):
+        """``cay(w)^T mu − mu = − c w × mu + c/2 w × (w × mu)``, ``c = 4/(4+|w|²)``
+        (:meth:`geomjax.LieGroup.cay_coAd_increment`): ``mu`` plus this increment has the
+        norm of ``mu`` up to ``O(eps |w| |mu|)`` and the rounding of the sum, with no bias."""
+        w = check_shape(xi, (3,), "xi", "SO3.cay_coAd_increment")
+        mu = check_shape(mu, (3,), "mu", "SO3.cay_coAd_increment")
+        c = 4.0 / (4.0 + jnp.sum(w * w, -1))
+        return _rotate_increment(w, mu, c, 0.5 * c)
+
+    def exp_coAd_increment(self, xi, mu):
+        """``exp(w)^T mu − mu = − sin θ/θ w × mu + (1 − cos θ)/θ² w × (w × mu)``
+        (:meth:`cay_coAd_increment`)."""
+        w = check_shape(xi, (3,), "xi", "SO3.exp_coAd_increment")
+        mu = check_shape(mu, (3,), "mu", "SO3.exp_coAd_increment")
+        t2 = jnp.sum(w * w, -1)
+        return _rotate_increment(w, mu, sinc(t2), one_minus_cos_over_sq(t2))
 
     def cay_inv(self, g):
         """``cay^{-1}(R) = 2/(1 + tr R) vee(R − R^T)``; singular at rotations by π."""
