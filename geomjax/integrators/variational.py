@@ -79,6 +79,7 @@ from typing import ClassVar, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..variational.system import LagrangianSystem, VariationalState
 from .base import AbstractMethod, StepStats
@@ -459,43 +460,135 @@ def _split_system(system):
     return eqx.combine(jax.lax.stop_gradient(params), static)
 
 
+def _contacts(surface, q):
+    """The contact functions ``f(q)`` as a vector ``(nc,)`` (a scalar surface is one contact)."""
+    return jnp.atleast_1d(surface(q))
+
+
+class _ContactPositionResidual(eqx.Module):
+    """RATTLE's position step with the active contacts as constraints:
+    ``[p_plus(v) − p_k − C_0ᵀ Λ, g(q_{k+1})/h, f_A(q_{k+1})/h, Λ_I]`` for ``z = (v, Λ)``, where
+    ``C_0 = [G(q_k); df_A(q_k); 0]`` (active contacts ``A``; an inactive contact's row is
+    ``Λ_i = 0``, so the Jacobian stays regular and shapes stay fixed)."""
+
+    static: object = eqx.field(static=True)
+    rule: str = eqx.field(static=True)
+    constraint: Callable | None = eqx.field(static=True)
+    surface: object = eqx.field(static=True)
+
+    def __call__(self, z, args):
+        params, sparams, q0, p0, C0, active, h, t, u = args
+        system = eqx.combine(params, self.static)
+        surface = eqx.combine(sparams, self.surface)
+        n = q0.shape[0]
+        v, Lam = z[:n], z[n:]
+        p_plus, _, q1 = discrete_legendre(system, self.rule, q0, v, h, t, u)
+        nc = active.shape[0]
+        rows = [jnp.where(active, _contacts(surface, q1) / h, Lam[Lam.shape[0] - nc :])]
+        if self.constraint is not None:
+            rows.insert(0, self.constraint(q1) / h)
+        return jnp.concatenate([p_plus - p0 - C0.T @ Lam, *rows])
+
+
+class _MaskedSaddleResidual(eqx.Module):
+    """``[∂L/∂q̇(q, v) − p − Cᵀ Λ, C v − c (rows in mask), Λ (rows not in mask)]`` for
+    ``z = (v, Λ)``: :class:`_SaddleResidual` with some rows switched off (their ``C`` rows must
+    be zero).  Linear in ``z`` for Lagrangians quadratic in ``q̇``."""
+
+    static: object = eqx.field(static=True)
+
+    def __call__(self, z, args):
+        params, q, p, C, c, mask = args
+        system = eqx.combine(params, self.static)
+        n = q.shape[0]
+        v, Lam = z[:n], z[n:]
+        rows = jnp.where(mask, C @ v - c, Lam)
+        return jnp.concatenate([system.momentum(q, v) - p - C.T @ Lam, rows])
+
+
+def _node_multipliers(system, t, q, v, u, cons, mask):
+    """``(q̈, λ)`` of the index-1 saddle system with the constraints ``cons(q) = 0`` whose rows
+    are in ``mask`` (the others have ``λ_i = 0``):
+    ``[[M, −Cᵀ], [C, D]] [q̈, λ] = [f, −∂²cons(q̇, q̇)]`` (masked ``C``, ``D = diag(1 − mask)``),
+    as :meth:`~geomjax.variational.LagrangianSystem.constrained_acceleration`."""
+    M, f = system._free_rhs(t, q, v, u)
+    C = jnp.where(mask[:, None], jax.jacfwd(cons)(q), 0.0)
+    hess = jax.jvp(lambda x: jax.jvp(cons, (x,), (v,))[1], (q,), (v,))[1]
+    n = M.shape[0]
+    K = jnp.block([[M, -C.T], [C, jnp.diag(jnp.where(mask, 0.0, 1.0)).astype(M.dtype)]])
+    z = jnp.linalg.solve(K, jnp.concatenate([f, jnp.where(mask, -hess, 0.0)]))
+    return z[:n], z[n:]
+
+
 class Impacts(_VariationalMethod):
-    """Impacts with a unilateral constraint ``f(q) ≥ 0`` around an inner variational method
-    (module docstring): the impact is located inside the step, the momentum jumps by
-    ``Λ df(q)`` (tangential components kept, seed 003 Thm 4.1) with Newton's restitution law
-    ``df·q̇⁺ = −e df·q̇⁻``.
+    """Impacts with unilateral constraints ``f_i(q) ≥ 0`` around an inner variational method
+    (module docstring): impacts located inside the step, momentum jumps ``Σ Λ_i df_i(q)``
+    (tangential components kept, seed 003 Thm 4.1) with Newton's restitution law
+    ``df_i·q̇⁺ = −e df_i·q̇⁻``, and **resting contact** once impacts accumulate.
+
+    **Accumulation and resting contact.**  A ball dropped on the floor with ``e < 1`` bounces
+    infinitely often before ``t* = t₁ (1 + 2e/(1 − e))`` (Zeno).  At an impact whose outgoing
+    normal speed ``v⁺ = e |df·q̇⁻|`` would give a flight ``2 v⁺ / |a_n|`` shorter than one step
+    ``h`` (``a_n = d²f/dt²`` the normal acceleration of the free motion, ``< 0`` when pushed
+    onto the surface), or with ``v⁺ ≤ rest_speed``, the impact is plastic (``df·q̇⁺ = 0``) and
+    the contact becomes a constraint: steps then run RATTLE's position/velocity solves
+    (the inner method's discrete Lagrangian) with ``f_i(q) = 0`` added, i.e. the unilateral
+    constraint with multiplier ``λ_i ≥ 0`` (contact force ``λ_i df_i``).  The contact releases
+    when its step impulse would be negative (it would pull), and the step is redone without it
+    (Signorini / Moreau's active-set rule).  The remaining hops, all shorter than a step, are
+    merged: the height error is below ``|a_n| h²/8`` and the rest time is within
+    ``h/(1 − e)`` of ``t*``; impact times before are those of the closed form.
+
+    **Several contacts** (``f`` returning ``(nc,)``): an impact acts on every contact that is
+    closed (``f_i ≤ √eps``·scale) and approaching (``df_i·q̇ < 0``) at that instant with the
+    *simultaneous* Newton law (one saddle system; a contact whose impulse would be negative is
+    dropped and the system solved again); the law is then re-applied at the same instant to
+    contacts that the jump made approaching (``jump_rounds`` rounds), which propagates an impact
+    along a chain: three equal balls in a row, the first hitting the two at rest with ``e = 1``,
+    end as (0, 0, v) (Newton's cradle, the sequential-impact law).  A rod dropped flat hits with
+    both ends at once: the simultaneous law keeps it flat, ``v_y⁺ = −e v_y⁻``.
 
     Arguments:
-        surface: ``f(q) -> scalar``; the admissible set is ``f(q) ≥ 0`` (``df ≠ 0`` on
-            ``f = 0``).  The initial state must satisfy it (``ValueError`` naming ``state0.q``).
-            Static, like ``RATTLE``'s constraint.
-        restitution: ``e ∈ [0, 1]`` (``ValueError`` naming ``restitution`` otherwise); may be a
-            differentiable array.  ``e = 1`` conserves the energy, ``e < 1`` removes
-            ``(1 − e²)`` times the normal kinetic energy at each impact.
+        surface: ``f(q) -> scalar`` or ``(nc,)``; the admissible set is ``f(q) ≥ 0``
+            (``df_i ≠ 0`` on ``f_i = 0``).  The initial state must satisfy it (``ValueError``
+            naming ``state0.q``).  A callable :class:`equinox.Module` may carry array
+            parameters (a floor height, a wall's normal): gradients flow to them through the
+            impact times, the jumps and the contact constraint.
+        restitution: ``e ∈ [0, 1]``, a scalar or one per contact (``ValueError`` naming
+            ``restitution`` otherwise); may be a differentiable array.
         method: the inner method, :class:`DiscreteEulerLagrange` (default), :class:`RATTLE`
             (then the jump also keeps the hidden constraint ``G q̇ = 0``) or a
-            :class:`~geomjax.Composition` of either.
-        root_iters: safeguarded Newton iterations locating the impact instant (default 8;
-            quadratic convergence from a secant guess), plus one implicit-function step that
-            carries the derivatives.
-        max_impacts: impacts resolved per step (default 2, static); a further crossing within
-            the same step is not resolved and shows as a positive ``StepStats.residual``
-            (relative penetration) — reduce ``dt``.  Accumulating impacts (a ball coming to
-            rest with ``e < 1``: infinitely many impacts in finite time) are not modelled.
-        jump_iters: Newton steps of the jump's saddle system (default 1: exact for Lagrangians
-            quadratic in ``q̇``).
+            :class:`~geomjax.Composition` of either (steps with an active contact use its base
+            method's discrete Lagrangian, second order).
+        rest_speed: outgoing normal speed ``df·q̇⁺`` at or below which an impact ends in
+            resting contact (default 0: only the accumulation criterion above).
+        root_iters: safeguarded Newton iterations locating the impact instant (default 8),
+            plus one implicit-function step that carries the derivatives.
+        max_impacts: impacts resolved per step (default 2, static; with the accumulation
+            criterion a single contact has at most a bounce and a landing per step); a further
+            crossing is not resolved and shows as a positive ``StepStats.residual``
+            (relative penetration) — reduce ``dt`` or raise ``max_impacts``.
+        jump_iters: Newton steps of each jump's saddle system (default 1: exact for
+            Lagrangians quadratic in ``q̇``).
+        jump_rounds: rounds of the impact law at one instant (default: the number of
+            contacts).
 
-    :meth:`solve_step` also returns the impact time and normal impulse.  Steps without an impact
-    cost one inner step (``lax.cond``); under ``jax.vmap`` both branches run, so every step of a
-    batch pays for the root finding (about ``root_iters + 5`` inner steps, most with a tangent).
+    The state's ``lam`` is ``(m + nc,)``: the inner ``RATTLE``'s ``m`` multipliers, then the
+    contact multipliers ``λ_i`` (``> 0`` exactly while contact ``i`` rests; 0 in flight).
+    Build states with :meth:`make_state` (or let :func:`geomjax.simulate` pad ``lam``; a state
+    resting on a surface gets its ``λ``).  :meth:`solve_step` also returns the impact time,
+    impulses and the active contacts.  Steps without an impact or contact cost one inner step
+    (``lax.cond``); under ``jax.vmap`` both branches run.
     """
 
-    surface: Callable = eqx.field(static=True)
+    surface: Callable
     restitution: float | jax.Array = 1.0
     method: AbstractMethod = DiscreteEulerLagrange()
+    rest_speed: float | jax.Array = 0.0
     root_iters: int = eqx.field(static=True, default=8)
     max_impacts: int = eqx.field(static=True, default=2)
     jump_iters: int = eqx.field(static=True, default=1)
+    jump_rounds: int | None = eqx.field(static=True, default=None)
     order: ClassVar[int] = 2
     # located impacts and (e < 1) dissipative jumps: not its own inverse
     symmetric: ClassVar[bool] = False
@@ -517,158 +610,430 @@ class Impacts(_VariationalMethod):
             max_impacts=self.max_impacts,
             jump_iters=self.jump_iters,
         )
+        if self.jump_rounds is not None:
+            _check_iters(where, jump_rounds=self.jump_rounds)
         e = self.restitution
         if not _is_traced(e):
             e_arr = jnp.asarray(e)
-            if e_arr.shape != () or not bool((e_arr >= 0) & (e_arr <= 1)):
+            if e_arr.ndim > 1 or not bool(jnp.all((e_arr >= 0) & (e_arr <= 1))):
                 raise ValueError(
-                    f"{where}: argument 'restitution' must be a scalar in [0, 1], got {e!r}"
+                    f"{where}: argument 'restitution' must be a scalar or a vector (one per "
+                    f"contact) in [0, 1], got {e!r}"
                 )
+        r = self.rest_speed
+        if not _is_traced(r) and not (np.shape(r) == () and bool(np.asarray(r) >= 0)):
+            raise ValueError(f"{where}: argument 'rest_speed' must be a scalar >= 0, got {r!r}")
 
     @property
     def constraint(self):
         return getattr(self.method, "constraint", None)
 
+    @property
+    def _base(self):
+        return self.method.base if isinstance(self.method, Composition) else self.method
+
+    # --- contact bookkeeping -------------------------------------------------------------------
+    def _sizes(self, q):
+        """``(m, nc)``: holonomic constraints of the inner method, contacts."""
+        m = 0 if self.constraint is None else jnp.shape(self.constraint(q))[0]
+        return m, jnp.shape(_contacts(self.surface, q))[0]
+
+    def _cons(self, q):
+        """All constraint functions ``[g(q), f(q)]`` ``(m + nc,)``."""
+        f = _contacts(self.surface, q)
+        return f if self.constraint is None else jnp.concatenate([self.constraint(q), f])
+
+    def _scale(self, q):
+        """Per-contact length scale ``|df_i| max(|q|, 1)`` of the contact functions."""
+        F = jax.jacfwd(lambda x: _contacts(self.surface, x))(q)
+        return jnp.linalg.norm(F, axis=1) * jnp.maximum(_max_abs(q), 1.0)
+
+    def _full(self, state):
+        """The state with ``lam`` of shape ``(m + nc,)`` (zero contact multipliers appended to an
+        inner method's state)."""
+        m, nc = self._sizes(state.q)
+        lam = state.lam
+        if jnp.shape(lam) == (m,):
+            lam = jnp.concatenate([lam, jnp.zeros((nc,), state.q.dtype)])
+        return VariationalState(state.q, state.p, lam)
+
+    def _resting_lam(self, system, state, t=0.0, u=None):
+        """Contact multipliers of a state: contacts closed with zero normal velocity (to
+        ``√eps``) and a positive multiplier rest; the others get 0."""
+        q, p = state.q, state.p
+        m = self._sizes(q)[0]
+        dtype = q.dtype
+        v = system.velocity(q, p)
+        f = _contacts(self.surface, q)
+        F = jax.jacfwd(lambda x: _contacts(self.surface, x))(q)
+        tol = float(jnp.finfo(dtype).eps) ** 0.5
+        vscale = jnp.linalg.norm(F, axis=1) * jnp.maximum(_max_abs(v), 1.0)
+        closed = (f <= tol * self._scale(q)) & (jnp.abs(F @ v) <= tol * vscale)
+        mask = jnp.concatenate([jnp.ones((m,), bool), closed])
+        lam = _node_multipliers(system, t, q, v, u, self._cons, mask)[1]
+        lam_c = jnp.where(closed, jnp.maximum(lam[m:], 0.0), 0.0)
+        return VariationalState(q, p, jnp.concatenate([state.lam[:m], lam_c]))
+
     def make_state(self, system, q, qdot=None, p=None, project: bool = False, t=0.0):
-        """A state for the inner method (``RATTLE.make_state`` or ``system.make_state``)."""
+        """A state for the inner method (``RATTLE.make_state`` or ``system.make_state``) with the
+        contact multipliers appended: ``λ_i > 0`` for contacts resting on their surface
+        (``f_i = 0``, zero normal velocity, pushed onto it)."""
         if self.constraint is not None:
-            return RATTLE(self.constraint).make_state(system, q, qdot, p, project, t)
-        return system.make_state(q, qdot, p)
+            st = RATTLE(self.constraint).make_state(system, q, qdot, p, project, t)
+        else:
+            st = system.make_state(q, qdot, p)
+        return self._resting_lam(system, st, t)
 
     def check_initial(self, system, state):
-        state = self.method.check_initial(system, state)
-        f0 = self.surface(state.q)
+        m, nc = self._sizes(state.q)
+        if jnp.shape(state.lam) not in ((m,), (m + nc,)):
+            raise ValueError(
+                f"Impacts: argument 'state0.lam' must have shape ({m},) or ({m + nc},) "
+                f"({m} holonomic constraints, {nc} contacts), got {jnp.shape(state.lam)} "
+                f"(build the state with Impacts(...).make_state)"
+            )
+        padded = jnp.shape(state.lam) == (m,)
+        inner = self.method.check_initial(system, VariationalState(state.q, state.p, state.lam[:m]))
+        f0 = _contacts(self.surface, inner.q)
         q = _check(
-            state.q,
-            ~(f0 >= 0),
-            "Impacts: argument 'state0.q' is behind the impact surface (f(q) < 0); the "
-            "admissible set is f(q) >= 0",
+            inner.q,
+            ~jnp.all(f0 >= 0),
+            "Impacts: argument 'state0.q' is behind the impact surface (f(q) < 0 for argument "
+            "'surface'); the admissible set is f(q) >= 0",
         )
-        return VariationalState(q, state.p, state.lam)
+        st = VariationalState(q, inner.p, jnp.concatenate([inner.lam, state.lam[m:]]))
+        return self._resting_lam(system, st) if padded else st
 
-    def _inner(self, system, state, s, u, t):
+    # --- steps ----------------------------------------------------------------------------------
+    def _free(self, system, state, s, u, t):
+        """The inner method's step (no active contact); contact multipliers 0."""
+        m = state.lam.shape[0] - _contacts(self.surface, state.q).shape[0]
+        inner = VariationalState(state.q, state.p, state.lam[:m])
         # ``advance`` on the state itself: DEL/RATTLE carry the state (their ``init`` only checks
-        # it, once, in :meth:`init`), so a Composition's stages run without re-checking
-        return self.method.advance(system, state, s, u, t)
+        # it, once), so a Composition's stages run without re-checking
+        new, stats = self.method.advance(system, inner, s, u, t)
+        lam = jnp.concatenate([new.lam, jnp.zeros_like(state.lam[m:])])
+        return VariationalState(new.q, new.p, lam), stats.residual, jnp.zeros_like(state.lam[m:])
 
-    def _locate(self, system, state, h, f0, f1, u, t):
-        """Impact instant ``s ∈ (0, h)``: root of ``φ(s) = f(q(s))`` (safeguarded Newton on the
-        bracket ``[0, h]``, then one IFT step carrying the derivatives)."""
-        sys_ng = _split_system(system)
-        st_ng = jax.lax.stop_gradient(state)
-        h_ng, t_ng = jax.lax.stop_gradient((h, t))
-        dtype = h.dtype
-        lo = jnp.asarray(1e-6, dtype) * h_ng  # the step sizes stay well away from 0
-
-        def phi(s, sys, st, tt):
-            return self.surface(self._inner(sys, st, s, u, tt)[0].q)
-
-        s = jnp.clip(h_ng * f0 / (f0 - f1), lo, h_ng)
-        ds = jnp.ones((), dtype)
-
-        def newton(_, c):
-            s, a, b = c
-            val, dval = jax.jvp(lambda s: phi(s, sys_ng, st_ng, t_ng), (s,), (ds,))
-            a = jnp.where(val > 0, s, a)
-            b = jnp.where(val > 0, b, s)
-            s_new = s - val / dval
-            ok = jnp.isfinite(s_new) & (s_new > a) & (s_new < b)
-            return jnp.clip(jnp.where(ok, s_new, 0.5 * (a + b)), lo, h_ng), a, b
-
-        # a loop, not unrolled: each iteration holds a whole implicit step and its tangent
-        s = jax.lax.fori_loop(0, self.root_iters, newton, (s, jnp.zeros((), dtype), h_ng))[0]
-        s = jax.lax.stop_gradient(s)
-        _, dval = jax.jvp(lambda s: phi(s, sys_ng, st_ng, t_ng), (s,), (ds,))
-        # one Newton step with live parameters: value ≈ s, derivative −∂φ/∂θ / φ' (IFT)
-        return s - phi(s, system, state, t) / jax.lax.stop_gradient(dval)
-
-    def jump(self, system, state, t=0.0, u=None):
-        """The impact map at ``q`` on the surface: ``(state⁺, relative residual, Λ)`` with
-        ``p⁺ = p⁻ + Λ df(q) (+ Gᵀ Λ_g)`` and ``df·q̇⁺ = −e df·q̇⁻`` (``G q̇⁺ = 0``; ``t``, ``u`` only
-        enter the multipliers of the new state)."""
-        q, pm = state.q, state.p
-        dtype = q.dtype
-        n = q.shape[0]
+    def _contact(self, system, state, h, u, t, active):
+        """RATTLE step with the holonomic constraints and the active contacts (module
+        docstring): ``(state, relative residual, position-step impulses Λ_a of the contacts)``.
+        With no active contact it is the inner DEL/RATTLE step (the contact rows read
+        ``Λ_i = 0``).  The new state's multipliers are the step's ``(λ_a + λ_b)/2``
+        (``λ = 2Λ/h``; RATTLE's two first-order estimates with opposite errors)."""
+        base = self._base
+        q0, p0 = state.q, state.p
+        dtype = q0.dtype
+        n = q0.shape[0]
+        m, nc = self._sizes(q0)
+        tiny = jnp.finfo(dtype).tiny
         params, static = eqx.partition(system, eqx.is_array)
-        vm = system.velocity(q, pm)
-        df = jax.grad(self.surface)(q)
-        e = jnp.asarray(self.restitution, dtype)
-        vn = df @ vm
-        # only an approaching contact (df·q̇⁻ < 0) bounces: a separating one keeps its velocity
-        # (a state pushed behind the surface by an unresolved crossing is not pulled back in)
-        C, c = df[None, :], jnp.reshape(jnp.where(vn < 0, -e * vn, vn), (1,))
-        if self.constraint is not None:
-            G = jax.jacfwd(self.constraint)(q)
-            C = jnp.concatenate([C, G], 0)
-            c = jnp.concatenate([c, jnp.zeros((G.shape[0],), dtype)])
-        z, r = _solve(
-            _SaddleResidual(static),
-            jnp.concatenate([vm, jnp.zeros((C.shape[0],), dtype)]),
-            (params, q, pm, C, c),
-            self.jump_iters,
+        sparams, sstatic = eqx.partition(self.surface, eqx.is_array)
+        mask = jnp.concatenate([jnp.ones((m,), bool), active])
+        C0 = jnp.where(mask[:, None], jax.jacfwd(self._cons)(q0), 0.0)
+        v0 = system.velocity(q0, p0)
+        z, r1 = _solve(
+            _ContactPositionResidual(static, base.rule, self.constraint, sstatic),
+            jnp.concatenate([v0, 0.5 * h * state.lam]),
+            (params, sparams, q0, p0, C0, active, h, t, u),
+            base.newton_iters,
             self.scalarize,
             self.early_exit,
         )
-        v, Lam = z[:n], z[n:]
-        pp = pm + C.T @ Lam
-        tiny = jnp.finfo(dtype).tiny
-        res = jnp.maximum(
-            _max_abs(r[:n]) / (_max_abs(pm) + tiny),
-            _max_abs(r[n:]) / (_max_abs(C) * _max_abs(vm) + tiny),
+        v, Lam_a = z[:n], z[n:]
+        _, p_tilde, q1 = discrete_legendre(system, base.rule, q0, v, h, t, u)
+        C1 = jnp.where(mask[:, None], jax.jacfwd(self._cons)(q1), 0.0)
+        z, r2 = _solve(
+            _MaskedSaddleResidual(static),
+            jnp.concatenate([v, Lam_a]),
+            (params, q1, p_tilde, C1, jnp.zeros((m + nc,), dtype), mask),
+            getattr(base, "projection_iters", 1),
+            self.scalarize,
+            self.early_exit,
         )
-        lam = state.lam
-        if self.constraint is not None:
-            lam = system.constrained_acceleration(t, q, v, self.constraint, u)[1]
-        return VariationalState(q, pp, lam), res, Lam[0]
+        v1, Lam_b = z[:n], z[n:]
+        p1 = p_tilde + C1.T @ Lam_b
+        pscale = jnp.maximum(_max_abs(p0), _max_abs(p1)) + tiny
+        gscale = _max_abs(C1) * (_max_abs(v) + _max_abs(v1)) + tiny
+        res = jnp.maximum(
+            jnp.maximum(_max_abs(r1[:n]), _max_abs(r2[:n])) / pscale,
+            jnp.maximum(_max_abs(r1[n:]), _max_abs(r2[n:])) / gscale,
+        )
+        lam = (Lam_a + Lam_b) / h
+        lam_c = jnp.where(active, jnp.maximum(lam[m:], 0.0), 0.0)
+        return VariationalState(q1, p1, jnp.concatenate([lam[:m], lam_c])), res, Lam_a[m:]
+
+    def _inner(self, system, state, s, u, t, active, others=True):
+        """A step with the active contacts.  An inner Composition runs as such while no contact
+        is active (``others=False``: statically none, e.g. while locating the impact of the
+        only contact)."""
+        if not isinstance(self.method, Composition):
+            return self._contact(system, state, s, u, t, active)
+        if not others:
+            return self._free(system, state, s, u, t)
+        return jax.lax.cond(
+            jnp.any(active),
+            lambda: self._contact(system, state, s, u, t, active),
+            lambda: self._free(system, state, s, u, t),
+        )
+
+    def _locate(self, system, state, h, f0, f1, u, t, active, j):
+        """Impact instant ``s ∈ (0, h)`` of contact ``j``: root of ``φ(s) = f_j(q(s))``
+        (``root_iters`` Illinois iterations on the bracket ``[0, h]``, then one Newton step with
+        live parameters: it polishes the root and carries the derivatives by the implicit
+        function theorem, ``ds/dθ = −∂φ/∂θ / φ'``, surface parameters included)."""
+        sys_ng = _split_system(system)
+        st_ng = jax.lax.stop_gradient(state)
+        h_ng, t_ng, f0, f1 = jax.lax.stop_gradient((h, t, f0, f1))
+        dtype = h.dtype
+        nc = active.shape[0]
+
+        def phi(s, sys, st, tt):
+            new = self._inner(sys, st, s, u, tt, active, others=nc > 1)[0]
+            return _contacts(self.surface, new.q)[j]
+
+        def illinois(_, c):
+            a, fa, b, fb, side = c
+            s = jnp.clip((a * fb - b * fa) / (fb - fa), a, b)
+            s = jnp.where(jnp.isfinite(s), s, 0.5 * (a + b))
+            fs = phi(s, sys_ng, st_ng, t_ng)
+            right = fs > 0  # the root lies in [s, b]
+            a, fa = jnp.where(right, s, a), jnp.where(right, fs, fa)
+            b, fb = jnp.where(right, b, s), jnp.where(right, fb, fs)
+            # Illinois: an end kept twice in a row has its value halved (superlinear)
+            fb = jnp.where(right & (side == 1), 0.5 * fb, fb)
+            fa = jnp.where(~right & (side == -1), 0.5 * fa, fa)
+            return a, fa, b, fb, jnp.where(right, 1, -1).astype(jnp.int32)
+
+        zero = jnp.zeros((), dtype)
+        a, fa, b, fb, _ = jax.lax.fori_loop(
+            0, self.root_iters, illinois, (zero, f0, h_ng, f1, jnp.zeros((), jnp.int32))
+        )
+        s = jax.lax.stop_gradient(jnp.where(jnp.abs(fa) < jnp.abs(fb), a, b))
+        s = jnp.clip(s, 1e-6 * h_ng, h_ng)  # the step sizes stay away from 0
+        val, dval = jax.jvp(lambda s: phi(s, system, state, t), (s,), (jnp.ones((), dtype),))
+        s1 = s - val / jax.lax.stop_gradient(dval)
+        ok = jnp.isfinite(s1) & (s1 > 0) & (s1 <= h_ng)
+        return jnp.where(ok, s1, s)
+
+    def _impact(self, system, state, t, u, active, forced, h_rest):
+        """The impact map at an instant: ``(state⁺, residual, impulses (nc,), active⁺)``.
+
+        Each round applies the simultaneous Newton law to the contacts that are closed and
+        approaching (and to ``forced``, the located one, in the first round), keeping the active
+        contacts at zero normal velocity; a contact whose outgoing flight ``2 e|df·q̇⁻|/|a_n|``
+        is shorter than ``h_rest`` (or whose outgoing speed is ``≤ rest_speed``) lands for good
+        (plastic, then active)."""
+        q = state.q
+        dtype = q.dtype
+        n = q.shape[0]
+        m, nc = self._sizes(q)
+        tiny = jnp.finfo(dtype).tiny
+        e = jnp.broadcast_to(jnp.asarray(self.restitution, dtype), (nc,))
+        F = jax.jacfwd(lambda x: _contacts(self.surface, x))(q)
+        C = jnp.concatenate([jax.jacfwd(self.constraint)(q), F]) if m else F
+        closed = _contacts(self.surface, q) <= float(jnp.finfo(dtype).eps) ** 0.5 * self._scale(q)
+        closed = closed | forced
+        hol = jnp.ones((m,), bool)
+
+        def fc(x):
+            return _contacts(self.surface, x)
+
+        def acc(v):
+            # acceleration of the motion without contacts: the landing criterion's a_n
+            if m:
+                return system.constrained_acceleration(t, q, v, self.constraint, u)[0]
+            return system.acceleration(t, q, v, u)
+
+        rounds = nc if self.jump_rounds is None else self.jump_rounds
+
+        def solve(pm, vm, mask, target):
+            # jump_iters Newton steps on [∂L/∂q̇(q, v) − p⁻ − Cᵀ Λ, C v − c] (masked rows
+            # Λ_i = 0), written out: the first is exact for Lagrangians quadratic in q̇, so
+            # differentiating it is the implicit-function derivative
+            Cm = jnp.where(mask[:, None], C, 0.0)
+            c = jnp.concatenate([jnp.zeros((m,), dtype), target])
+            D = jnp.diag(jnp.where(mask, 0.0, 1.0)).astype(dtype)
+            z = jnp.concatenate([vm, jnp.zeros((m + nc,), dtype)])
+
+            def resid(z):
+                v, Lam = z[:n], z[n:]
+                rows = jnp.where(mask, Cm @ v - c, Lam)
+                return jnp.concatenate([system.momentum(q, v) - pm - Cm.T @ Lam, rows])
+
+            for _ in range(self.jump_iters):
+                K = jnp.block([[system.mass_matrix(q, z[:n]), -Cm.T], [Cm, D]])
+                z = z - jnp.linalg.solve(K, resid(z))
+            r = resid(z)
+            Lam = z[n:]
+            res = jnp.maximum(
+                _max_abs(r[:n]) / (_max_abs(pm) + tiny),
+                _max_abs(r[n:]) / (_max_abs(C) * _max_abs(vm) + tiny),
+            )
+            return pm + Cm.T @ Lam, Lam, res
+
+        def one_round(i, c):
+            pm, act, imp, res = c
+            vm = system.velocity(q, pm)
+            vn = F @ vm
+            hit = closed & ~act & ((vn < 0) | (forced & (i == 0)))
+            vplus = e * jnp.maximum(-vn, 0.0)
+            an = F @ acc(vm) + jax.jvp(lambda x: jax.jvp(fc, (x,), (vm,))[1], (q,), (vm,))[1]
+            flight = 2.0 * vplus / jnp.maximum(-an, tiny)
+            rest = hit & ((vplus <= self.rest_speed) | ((an < 0) & (flight < h_rest)))
+            target = jnp.where(hit & ~rest, vplus, 0.0)
+            sel = act | hit
+            pp, Lam, r = solve(pm, vm, jnp.concatenate([hol, sel]), target)
+            # a contact that would pull (negative impulse) is not part of the impact
+            keep = sel & (Lam[m:] >= 0)
+            pp, Lam, r = jax.lax.cond(
+                jnp.any(sel & ~keep),
+                lambda: solve(pm, vm, jnp.concatenate([hol, keep]), target),
+                lambda: (pp, Lam, r),
+            )
+            act = (act & keep) | (rest & keep)
+            return pp, act, imp + jnp.where(keep & hit, Lam[m:], 0.0), jnp.maximum(res, r)
+
+        init = (state.p, active, jnp.zeros((nc,), dtype), jnp.zeros((), dtype))
+        pp, act, imp, res = jax.lax.fori_loop(0, rounds, one_round, init)
+        v = system.velocity(q, pp)
+        lam = _node_multipliers(system, t, q, v, u, self._cons, jnp.concatenate([hol, act]))[1]
+        lam_c = jnp.where(act, jnp.maximum(lam[m:], 0.0), 0.0)
+        return VariationalState(q, pp, jnp.concatenate([lam[:m], lam_c])), res, imp, act
+
+    def jump(self, system, state, t=0.0, u=None):
+        """The impact map (Newton's law, no resting) at ``q`` on the surface: ``(state⁺,
+        relative residual, Λ (nc,))`` with ``p⁺ = p⁻ + Σ Λ_i df_i(q) (+ Gᵀ Λ_g)`` and
+        ``df_i·q̇⁺ = −e df_i·q̇⁻`` on the closed, approaching contacts (``G q̇⁺ = 0``)."""
+        state = self._full(state)
+        nc = _contacts(self.surface, state.q).shape[0]
+        t = jnp.asarray(t, state.q.dtype)
+        none = jnp.zeros((nc,), bool)
+        new, res, imp, _ = self._impact(system, state, t, u, none, none, jnp.zeros_like(t))
+        return new, res, imp
 
     def solve_step(self, system, state, dt, control=None, t=0.0):
         """One step with its internals: ``(new_state, residual, info)``; ``info["impact_time"]``
         the time of the last impact in the step (NaN when none), ``info["impulse"]`` its normal
-        impulse ``Λ`` (0 when none), ``info["n_impacts"]``."""
+        impulses ``Λ`` ``(nc,)`` (0 when none), ``info["n_impacts"]``, ``info["active"]`` the
+        resting contacts ``(nc,)`` at the end of the step.
+
+        The step is a sequence of phases (one traced body): a trial step of the remaining time
+        with the active contacts; then either a release (a contact whose impulse would be
+        negative leaves the active set and the trial is redone), or an impact (root located,
+        the next phase steps to it and applies the impact map), or acceptance."""
         dtype = state.q.dtype
         h = jnp.asarray(dt, dtype)
         t = jnp.asarray(t, dtype)
         zero = jnp.zeros((), dtype)
+        m, nc = self._sizes(state.q)
+        # a state without contact multipliers (an inner method's state): resting contacts are
+        # found from the geometry, and the new state has the same layout
+        short = jnp.shape(state.lam) == (m,)
+        if short:
+            state = self._resting_lam(system, state, t, control)
+        n_phases = 2 * self.max_impacts + nc + 1
+        none = jnp.zeros((nc,), bool)
 
-        def phase(carry):
-            st, r, tc, res, t_imp, imp, k = carry
-            trial, stats = self._inner(system, st, r, control, tc)
-            f0, f1 = self.surface(st.q), self.surface(trial.q)
+        def phase(i, c):
+            st, r, tc, res, t_imp, imp, k, act, pending, target, forced = c
+            size = jnp.where(pending, target, r)
+            go = size > 0
+            new, res_t, Lc = self._inner(system, st, jnp.where(go, size, r), control, tc, act)
+            last = i == n_phases - 1
+            release = act & (Lc < 0) & ~last
+            f0, f1 = _contacts(self.surface, st.q), _contacts(self.surface, new.q)
+            cross = ~act & (f1 < 0) & ~last
+
+            def impact(_):
+                st_c = jax.tree.map(lambda a, b: jnp.where(go, a, b), new, st)
+                st_j, res_j, Lam, act_j = self._impact(
+                    system, st_c, tc + size, control, act, forced, h
+                )
+                res2 = jnp.maximum(jnp.maximum(res, jnp.where(go, res_t, 0.0)), res_j)
+                return (
+                    st_j,
+                    r - size,
+                    tc + size,
+                    res2,
+                    tc + size,
+                    Lam,
+                    k + 1,
+                    act_j,
+                    False,
+                    zero,
+                    none,
+                )
+
+            def let_go(_):
+                return st, r, tc, res, t_imp, imp, k, act & ~release, False, zero, none
 
             def hit(_):
-                s = self._locate(system, st, r, f0, f1, control, tc)
-                st_c, stats_c = self._inner(system, st, s, control, tc)
-                st_j, res_j, Lam = self.jump(system, st_c, tc + s, control)
-                res2 = jnp.maximum(jnp.maximum(res, stats_c.residual), res_j)
-                return st_j, r - s, tc + s, res2, tc + s, Lam, k + 1
+                # the earliest crossing by linear interpolation; a contact already closed at
+                # the start (f0 <= 0) is hit at once
+                s_lin = jnp.where(cross, jnp.maximum(f0, 0.0) / (f0 - f1), jnp.inf)
+                j = jnp.argmin(s_lin)
+                s = jax.lax.cond(
+                    f0[j] > 0,
+                    lambda: self._locate(system, st, r, f0[j], f1[j], control, tc, act, j),
+                    lambda: zero,
+                )
+                return st, r, tc, res, t_imp, imp, k, act, True, s, jnp.arange(nc) == j
 
-            def miss(_):
-                return trial, zero, tc + r, jnp.maximum(res, stats.residual), t_imp, imp, k
+            def accept(_):
+                return (
+                    new,
+                    zero,
+                    tc + r,
+                    jnp.maximum(res, res_t),
+                    t_imp,
+                    imp,
+                    k,
+                    act,
+                    False,
+                    zero,
+                    none,
+                )
 
-            return jax.lax.cond(f1 < 0, hit, miss, None)
+            which = jnp.where(
+                pending & ~last,
+                0,
+                jnp.where(jnp.any(release), 1, jnp.where(jnp.any(cross), 2, 3)),
+            )
+            return jax.lax.switch(which, [impact, let_go, hit, accept], None)
 
-        carry = (state, h, t, zero, jnp.full((), jnp.nan, dtype), zero, jnp.zeros((), jnp.int32))
+        carry = (
+            state,
+            h,
+            t,
+            zero,
+            jnp.full((), jnp.nan, dtype),
+            jnp.zeros((nc,), dtype),
+            jnp.zeros((), jnp.int32),
+            state.lam[m:] > 0,
+            jnp.zeros((), bool),
+            zero,
+            none,
+        )
         carry = jax.lax.fori_loop(
             0,
-            self.max_impacts,
-            lambda _, c: jax.lax.cond(c[1] > 0, phase, lambda c: c, c),
+            n_phases,
+            lambda i, c: jax.lax.cond(c[1] > 0, lambda c: phase(i, c), lambda c: c, c),
             carry,
         )
-
-        def finish(carry):
-            st, r, tc, res = carry[:4]
-            new, stats = self._inner(system, st, r, control, tc)
-            return new, jnp.maximum(res, stats.residual)
-
-        st, res = jax.lax.cond(carry[1] > 0, finish, lambda c: (c[0], c[3]), carry)
+        st, res, act = carry[0], carry[3], carry[7]
         # an unresolved crossing (more than max_impacts in one step) shows in the residual
-        fq = self.surface(st.q)
-        pen = jnp.maximum(-fq, 0.0) / (
-            jnp.linalg.norm(jax.grad(self.surface)(st.q)) * jnp.maximum(_max_abs(st.q), 1.0)
-            + jnp.finfo(dtype).tiny
-        )
+        fq = _contacts(self.surface, st.q)
+        pen = jnp.max(jnp.maximum(-fq, 0.0) / (self._scale(st.q) + jnp.finfo(dtype).tiny))
         res = jnp.maximum(res, jnp.where(pen > 1e3 * jnp.finfo(dtype).eps, pen, 0.0))
-        info = {"impact_time": carry[4], "impulse": carry[5], "n_impacts": carry[6]}
+        if short:
+            st = VariationalState(st.q, st.p, st.lam[:m])
+        info = {
+            "impact_time": carry[4],
+            "impulse": carry[5],
+            "n_impacts": carry[6],
+            "active": act,
+        }
         return st, res, info
 
     def step(self, system, state, dt, control=None, t=0.0):
