@@ -38,14 +38,20 @@ from .curves import FourierLoop, Trajectory
 from .losses import control_effort, group_distance, path_energy
 
 __all__ = [
+    "QUADROTOR",
     "AttitudeManeuver",
     "BallOnPlate",
     "KinematicState",
     "KinematicSystem",
     "Magnus4",
     "PoseManeuver",
+    "SemiImplicitEuler",
     "ShapeReorientation",
     "SpacecraftReorientation",
+    "attitude_problem",
+    "cartpole_problem",
+    "quadrotor_actuation",
+    "quadrotor_problem",
     "sine_basis_controls",
 ]
 
@@ -523,3 +529,262 @@ class SpacecraftReorientation(eqx.Module):
         return {
             "angle": group_distance(SO3, self.final_attitude(loop), self.R_target, squared=False)
         }
+
+
+# --- optimal control problems for the DDP solvers (geomjax.control.trajopt) ----------------------
+class SemiImplicitEuler(AbstractMethod):
+    """Semi-implicit (symplectic) Euler on ``G × g*`` for an Euler–Poincaré system:
+
+        μ_{k+1} = μ_k + h (ad*_{ξ_k} μ_k − dV(g_k) + u_k),   g_{k+1} = g_k exp(h I⁻¹ μ_{k+1}),
+
+    first order, explicit.  It is the integrator of crocoddyl's ``IntegratedActionModelEuler``
+    for a free-flyer (velocity first, then the configuration with the new velocity, on SE(3)
+    through ``exp``), used here to reproduce crocoddyl's quadrotor example exactly."""
+
+    order: ClassVar[int] = 1
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        g, mu = system.split(state)
+        h = jnp.asarray(dt, mu.dtype)
+        _, dmu = system.vector_field(t, state, control)
+        mu1 = mu + h * dmu
+        g1 = system.group.rplus(g, h * system.velocity(mu1))
+        return system.make_state(g1, mu1), StepStats.explicit(mu.dtype)
+
+
+#: crocoddyl's ``examples/quadrotor_fwddyn.py`` (hector quadrotor of example-robot-data):
+#: mass, principal inertia, arm length ``d_cog``, thrust and moment coefficients ``cf, cm``,
+#: thrust limits ``(l_lim, u_lim)`` of its bounded variant, time step and horizon.
+QUADROTOR = dict(
+    mass=1.477,
+    inertia=(0.01152, 0.01152, 0.0218),
+    d_cog=0.1525,
+    cf=6.6e-5,
+    cm=1e-6,
+    thrust_min=0.1,
+    thrust_max=5.0,
+    dt=3e-2,
+    steps=33,
+    gravity=9.81,
+)
+
+
+def quadrotor_actuation(d_cog=QUADROTOR["d_cog"], cf=QUADROTOR["cf"], cm=QUADROTOR["cm"]):
+    """``(6, 4)``: rotor thrusts → body wrench ``(torque, force)`` (geomjax's (ω, v) order;
+    crocoddyl's ``tau_f`` with its rows swapped: it orders the force first)."""
+    k = cm / cf
+    force = [[0.0] * 4, [0.0] * 4, [1.0] * 4]
+    torque = [[0.0, d_cog, 0.0, -d_cog], [-d_cog, 0.0, d_cog, 0.0], [-k, k, -k, k]]
+    return jnp.asarray(torque + force, jnp.result_type(float))
+
+
+class _QuadrotorStage(eqx.Module):
+    target: jax.Array
+    system: RigidBodySE3
+    w_state: jax.Array
+    w_reg: float
+    w_u: float
+    w_track: float
+
+    def __call__(self, t, x, u):
+        # crocoddyl's xReg: ½ Σ w r² of r = (log g, ξ), weights 1e3 on rotation and velocity,
+        # 0.1 on translation; uReg ½|u|²; trackPose ½|log(g_target⁻¹ g)|²
+        r = jnp.concatenate([SE3.log(x.g), self.system.velocity(x.mu)])
+        xreg = 0.5 * jnp.sum(self.w_state * r**2)
+        track = 0.5 * jnp.sum(SE3.rminus(x.g, self.target) ** 2)
+        return self.w_reg * xreg + self.w_u * 0.5 * jnp.sum(u**2) + self.w_track * track
+
+
+class _PoseTerminal(eqx.Module):
+    target: jax.Array
+    weight: float
+
+    def __call__(self, x):
+        return self.weight * 0.5 * jnp.sum(SE3.rminus(x.g, self.target) ** 2)
+
+
+def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0), dtype=None):
+    """crocoddyl's quadrotor example (``examples/quadrotor_fwddyn.py``; ``bounded=True``: the
+    thrust limits ``0.1 ≤ f_i ≤ 5`` of ``quadrotor_ubound.py``) as an
+    :class:`~geomjax.control.trajopt.OptimalControlProblem`.
+
+    Hector quadrotor (mass 1.477 kg, inertia diag(0.01152, 0.01152, 0.0218)) on SE(3) with
+    gravity, four rotor thrusts through :func:`quadrotor_actuation`; from rest at the origin to
+    the pose ``(I, target)`` in 33 steps of 0.03 s.  Running cost ``dt (1e-6 xReg + 1e-6 ½|u|² +
+    1e-2 ½|log(g*⁻¹ g)|²)``, terminal ``3 · ½|log(g*⁻¹ g)|²`` (crocoddyl's weights).  Default method:
+    :class:`SemiImplicitEuler` (crocoddyl's integrator); any geomjax method (e.g.
+    :class:`~geomjax.LGVI`) can be passed."""
+    from ..systems.potentials import SE3Gravity
+    from .trajopt import Actuated, OptimalControlProblem
+
+    c = QUADROTOR
+    dtype = dtype or jnp.result_type(float)
+    system = RigidBodySE3(
+        jnp.asarray(c["mass"], dtype),
+        jnp.asarray(c["inertia"], dtype),
+        potential=SE3Gravity(c["mass"], c["gravity"]),
+    )
+    method = Actuated(
+        SemiImplicitEuler() if method is None else method, quadrotor_actuation().astype(dtype)
+    )
+    g_target = SE3.from_rotation_translation(jnp.eye(3, dtype=dtype), jnp.asarray(target, dtype))
+    w_state = jnp.asarray([1e3] * 3 + [0.1] * 3 + [1e3] * 6, dtype)
+    stage = _QuadrotorStage(g_target, system, w_state, 1e-6, 1e-6, 1e-2)
+    x0 = LieGroupState(jnp.eye(4, dtype=dtype), jnp.zeros(6, dtype))
+    kw = {}
+    if bounded:
+        kw = dict(
+            lower=jnp.full(4, c["thrust_min"], dtype), upper=jnp.full(4, c["thrust_max"], dtype)
+        )
+    return OptimalControlProblem(
+        system,
+        method,
+        x0,
+        c["dt"],
+        c["steps"],
+        stage,
+        _PoseTerminal(g_target, 3.0),
+        control_dim=4,
+        **kw,
+    )
+
+
+class _Effort(eqx.Module):
+    weight: float = 1.0
+
+    def __call__(self, t, x, u):
+        return self.weight * 0.5 * jnp.sum(u**2)
+
+
+class _AttitudeTarget(eqx.Module):
+    """``(log(R*⁻¹ R), Ω)`` ``(6,)``: zero at rest at the target attitude."""
+
+    target: jax.Array
+    system: RigidBody
+
+    def __call__(self, x):
+        return jnp.concatenate([SO3.rminus(x.R, self.target), self.system.velocity(x.Pi)])
+
+
+class _Penalty(eqx.Module):
+    residual: eqx.Module
+    weight: float
+
+    def __call__(self, x):
+        return 0.5 * self.weight * jnp.sum(self.residual(x) ** 2)
+
+
+def attitude_problem(
+    torque_max=0.2,
+    inertia=(1.0, 2.0, 3.0),
+    angle=1.5,
+    duration=4.0,
+    steps=40,
+    method=None,
+    exact_target: bool = True,
+    weight: float = 1e3,
+    dtype=None,
+):
+    """Rest-to-rest reorientation of a rigid body by body torques with per-axis limits
+    ``|u_i| ≤ torque_max`` (pass None for no limits): minimum ``½∫|u|² dt``, from ``R = I`` at
+    rest to rest at ``exp(angle · (1, 2, −1)/√6)``.  ``exact_target``: the final state as a
+    terminal equality (solve with :class:`~geomjax.control.trajopt.AugmentedLagrangian`);
+    otherwise the penalty ``weight/2 (|log(R*⁻¹R)|² + |Ω|²)``.  Default method: :class:`~geomjax.LGVI`.
+    The default limit 0.2 is active (the unbounded optimum peaks near 0.3 per axis)."""
+    from .trajopt import OptimalControlProblem
+
+    dtype = dtype or jnp.result_type(float)
+    system = RigidBody(jnp.asarray(inertia, dtype))
+    axis = jnp.array([1.0, 2.0, -1.0], dtype) / math.sqrt(6.0)
+    Rt = SO3.from_axis_angle(axis, jnp.asarray(angle, dtype))
+    x0 = RigidBodyState(jnp.eye(3, dtype=dtype), jnp.zeros(3, dtype))
+    res = _AttitudeTarget(Rt, system)
+    kw = {}
+    if torque_max is not None:
+        kw = dict(lower=jnp.full(3, -torque_max, dtype), upper=jnp.full(3, torque_max, dtype))
+    if exact_target:
+        kw["terminal_equality"] = res
+        terminal = None
+    else:
+        terminal = _Penalty(res, weight)
+    return OptimalControlProblem(
+        system,
+        LGVI() if method is None else method,
+        x0,
+        duration / steps,
+        steps,
+        _Effort(),
+        terminal,
+        control_dim=3,
+        **kw,
+    )
+
+
+class _CartPoleTerminal(eqx.Module):
+    """``(q − q*, p)`` ``(4,)``: upright (``θ = π``) at ``x = 0``, at rest."""
+
+    def __call__(self, x):
+        q_target = jnp.array([0.0, jnp.pi], x.q.dtype)
+        return jnp.concatenate([x.q - q_target, x.p])
+
+
+def cartpole_problem(
+    force_max=6.0,
+    mass_cart=1.0,
+    mass_pole=0.3,
+    length=0.5,
+    gravity=9.81,
+    duration=2.5,
+    steps=50,
+    exact_target: bool = True,
+    weight: float = 1e3,
+    method=None,
+    dtype=None,
+):
+    """Cart-pole swing-up with a bounded horizontal force ``|u| ≤ force_max`` on the cart, a
+    flat-space sanity case (:class:`~geomjax.variational.LagrangianSystem`, coordinates
+    ``q = (x, θ)``, ``θ = 0`` hanging; :class:`~geomjax.DiscreteEulerLagrange` by default):
+
+        L = ½ (m_c + m_p) ẋ² + m_p l ẋ θ̇ cos θ + ½ m_p l² θ̇² + m_p g l cos θ,   F = (u, 0).
+
+    Minimum ``½∫u² dt`` from rest hanging to rest upright (``exact_target``: terminal equality;
+    else the penalty ``weight/2 |(q − q*, p)|²``)."""
+    from ..integrators.variational import DiscreteEulerLagrange
+    from ..variational import LagrangianSystem, VariationalState
+    from .trajopt import OptimalControlProblem
+
+    dtype = dtype or jnp.result_type(float)
+    mc, mp, l, g = (float(v) for v in (mass_cart, mass_pole, length, gravity))
+
+    def metric(q):
+        c = mp * l * jnp.cos(q[1])
+        return jnp.array([[mc + mp, c], [c, mp * l * l]], q.dtype)
+
+    def potential(q):
+        return -mp * g * l * jnp.cos(q[1])
+
+    def force(t, q, qdot, u):
+        return jnp.stack([u[0], jnp.zeros((), q.dtype)])
+
+    system = LagrangianSystem(metric=metric, potential=potential, force=force, dim=2)
+    x0 = VariationalState(jnp.zeros(2, dtype), jnp.zeros(2, dtype), jnp.zeros(0, dtype))
+    kw = {}
+    if force_max is not None:
+        kw = dict(lower=jnp.full(1, -force_max, dtype), upper=jnp.full(1, force_max, dtype))
+    res = _CartPoleTerminal()
+    if exact_target:
+        kw["terminal_equality"] = res
+        terminal = None
+    else:
+        terminal = _Penalty(res, weight)
+    return OptimalControlProblem(
+        system,
+        DiscreteEulerLagrange() if method is None else method,
+        x0,
+        duration / steps,
+        steps,
+        _Effort(),
+        terminal,
+        control_dim=1,
+        **kw,
+    )

@@ -1,0 +1,252 @@
+"""DDP / iLQR / augmented Lagrangian (geomjax.control.trajopt), each claim against something
+independent: SciPy DOP853 re-simulation of the optimal controls (reference.py), first-order
+optimality (KKT) by central finite differences of the cost of the rollout, and agreement of three
+solvers (iLQR, DDP and L-BFGS shooting through :func:`geomjax.control.optimize`)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import geomjax as gj
+from geomjax.control import optimize
+from geomjax.control.examples import attitude_problem, cartpole_problem, quadrotor_problem
+from geomjax.control.trajopt import (
+    DDP,
+    ILQR,
+    AugmentedLagrangian,
+    OptimalControlProblem,
+    box_qp,
+    solve_ocp,
+)
+from geomjax.integrators.simulate import ConvergenceError
+from geomjax.lie import SO3
+
+from .reference import rigid_body_zoh, rotation_angle
+
+
+def _fd_gradient(J, us, eps=1e-6):
+    """Central differences of ``J`` ``(steps, m) -> scalar`` in every control entry (vmapped)."""
+    flat = us.reshape(-1)
+    E = jnp.eye(flat.size, dtype=us.dtype) * eps
+    f = jax.jit(jax.vmap(lambda d: J((flat + d).reshape(us.shape))))
+    return ((f(E) - f(-E)) / (2 * eps)).reshape(us.shape)
+
+
+def _rollout_cost(problem):
+    return lambda u: problem.cost(problem.rollout(u), u)
+
+
+# --- box QP ----------------------------------------------------------------------------------
+def test_box_qp_matches_enumeration_of_active_sets():
+    """Projected Newton against the exact minimizer found by enumerating all 3^m active sets."""
+    rng = np.random.default_rng(0)
+    m = 4
+    for _ in range(5):
+        A = rng.normal(size=(m, m))
+        H = A @ A.T + 0.1 * np.eye(m)
+        g = rng.normal(size=m) * 3
+        lo, hi = -np.ones(m) * 0.5, np.ones(m) * 0.7
+        x, free, _, ok = box_qp(
+            jnp.asarray(H), jnp.asarray(g), jnp.asarray(lo), jnp.asarray(hi), jnp.zeros(m)
+        )
+        best, fbest = None, np.inf
+        import itertools
+
+        for act in itertools.product((0, 1, 2), repeat=m):  # 0 free, 1 lower, 2 upper
+            act = np.array(act)
+            y = np.where(act == 1, lo, np.where(act == 2, hi, 0.0))
+            F = act == 0
+            if F.any():
+                y[F] = np.linalg.solve(H[np.ix_(F, F)], -(g[F] + H[np.ix_(F, ~F)] @ y[~F]))
+            if np.all(y >= lo - 1e-12) and np.all(y <= hi + 1e-12):
+                fy = 0.5 * y @ H @ y + g @ y
+                if fy < fbest:
+                    best, fbest = y, fy
+        assert bool(ok)
+        np.testing.assert_allclose(np.asarray(x), best, atol=1e-10)
+
+
+# --- smooth unconstrained optimum: iLQR = DDP = L-BFGS ----------------------------------------
+def _attitude_penalty(**kw):
+    return attitude_problem(
+        torque_max=None, exact_target=False, steps=20, method=gj.RKMK4(), weight=100.0, **kw
+    )
+
+
+def test_ilqr_ddp_and_lbfgs_agree_on_smooth_optimum():
+    prob = _attitude_penalty()
+    a = solve_ocp(prob, ILQR(), max_iters=100)
+    b = solve_ocp(prob, DDP(), max_iters=100)
+    assert a.stop_reason == "converged" and b.stop_reason == "converged"
+    J = _rollout_cost(prob)
+    res = optimize(jax.jit(J), a.us * 0, "lbfgs", steps=400, gtol=1e-9, progress=False)
+    # the optimum is isolated and strongly convex in u (effort term): the three minimizers agree
+    # to the solvers' tolerances (DDP/iLQR stop at an expected improvement ~1e-10 |J|, i.e. a
+    # gradient ~1e-5 relative; L-BFGS at |∇J| ≤ 1e-9)
+    np.testing.assert_allclose(a.us, b.us, atol=1e-5)
+    np.testing.assert_allclose(a.us, res.params, atol=1e-4)
+    np.testing.assert_allclose(float(a.cost), float(res.loss), rtol=1e-8)
+    # DDP (exact Newton on the controls) needs no more iterations than Gauss–Newton iLQR
+    assert int(b.iterations) <= int(a.iterations)
+
+
+# --- control limits: bounds exact, KKT by finite differences ----------------------------------
+@pytest.mark.parametrize("solver", [ILQR(), DDP()])
+def test_bounds_exact_and_kkt_by_finite_differences(solver):
+    prob = attitude_problem(
+        torque_max=0.2, exact_target=False, steps=20, method=gj.RKMK4(), weight=100.0
+    )
+    sol = solve_ocp(prob, solver, max_iters=200)
+    assert sol.stop_reason == "converged", sol.message
+    us = np.asarray(sol.us)
+    assert us.max() <= 0.2 and us.min() >= -0.2  # exactly: the forward pass clips
+    at_hi, at_lo = us == 0.2, us == -0.2
+    assert at_hi.sum() + at_lo.sum() >= 2, "the bound should be active"
+    g = np.asarray(_fd_gradient(_rollout_cost(prob), sol.us))
+    scale = np.abs(g).max()
+    free = ~(at_hi | at_lo)
+    # stationarity in the free directions: the stop test bounds the expected improvement by
+    # 1e-10 (1 + J), i.e. |∇J|² / λ_min(Q_uu) ≲ 1e-10: |∇J| ≲ 1e-5 relative; FD error ~1e-9
+    assert np.abs(g[free]).max() <= 1e-4 * scale
+    # multipliers of active bounds with the right sign: at the upper bound the cost must
+    # decrease when u increases (∂J/∂u ≤ 0); at the lower bound ∂J/∂u ≥ 0
+    assert np.all(g[at_hi] <= 1e-4 * scale) and np.all(g[at_lo] >= -1e-4 * scale)
+    assert np.abs(g[at_hi | at_lo]).max() > 1e-2 * scale  # a real multiplier, not zero
+
+
+# --- re-simulation by DOP853 -------------------------------------------------------------------
+def test_attitude_exact_target_lgvi_resimulated_by_dop853():
+    """Torque-limited rest-to-rest manoeuvre with the target as a terminal equality (augmented
+    Lagrangian around DDP) on the LGVI, then the zero-order-hold torques re-simulated by DOP853 on
+    the unreduced spatial equations."""
+    steps, T = 40, 4.0
+    prob = attitude_problem(torque_max=0.2, steps=steps, duration=T)
+    sol = solve_ocp(prob, AugmentedLagrangian(inner=DDP()), max_iters=20)
+    assert sol.stop_reason == "converged", sol.message
+    assert float(sol.violation) <= 1e-6
+    us = np.asarray(sol.us)
+    assert np.abs(us).max() <= 0.2 and np.isclose(np.abs(us).max(), 0.2)
+    R, _, w, _ = rigid_body_zoh(
+        np.diag([1.0, 2.0, 3.0]), 1.0, np.eye(3), np.zeros(3), us, T / steps
+    )
+    Rt = np.asarray(prob.terminal_equality.target)
+    # LGVI: second order, global error C h² with h = 0.1; for this slow manoeuvre (|Ω| ≤ 0.6)
+    # C ≈ 0.1 (measured 2e-4 rad here): bound 1e-2 leaves a 50x margin and still fails for a
+    # first-order mismatch of the control timing (~h |u|/I ≈ 2e-2)
+    assert rotation_angle(Rt.T @ R) <= 1e-2
+    assert np.linalg.norm(w) <= 1e-2
+
+
+def test_quadrotor_reaches_target_and_resimulates():
+    """crocoddyl's quadrotor example: cost decreases monotonically, the final pose is near the
+    target, and the thrusts re-simulated by DOP853 (continuous Newton–Euler equations with
+    gravity) land within the first-order integrator's error."""
+    prob = quadrotor_problem(bounded=True)
+    sol = solve_ocp(prob, DDP(), max_iters=100)
+    assert sol.stop_reason == "converged", sol.message
+    us = np.asarray(sol.us)
+    assert us.min() >= 0.1 and us.max() <= 5.0
+    n = int(sol.iterations)
+    costs = np.asarray(sol.history["cost"][:n])
+    assert np.all(np.diff(costs) <= 1e-12 * costs[0])
+    g = np.asarray(sol.xs.g[-1])
+    # the terminal weight 3 against the running terms leaves the pose a few cm off (crocoddyl's
+    # own solution is the same: cost ~5e-3)
+    assert np.linalg.norm(g[:3, 3] - np.array([1.0, 0.0, 1.0])) <= 0.1
+
+
+# --- float32 -----------------------------------------------------------------------------------
+def test_float32_run():
+    prob = attitude_problem(
+        torque_max=0.2,
+        exact_target=False,
+        steps=20,
+        method=gj.RKMK4(),
+        weight=100.0,
+        dtype=jnp.float32,
+    )
+    sol = solve_ocp(prob, ILQR(), max_iters=100)
+    assert sol.us.dtype == jnp.float32
+    assert sol.stop_reason == "converged", sol.message
+    ref = solve_ocp(
+        attitude_problem(
+            torque_max=0.2, exact_target=False, steps=20, method=gj.RKMK4(), weight=100.0
+        ),
+        ILQR(),
+        max_iters=100,
+    )
+    # float32 round-off through 20 steps and a regularized Newton solve: ~1e-5 relative
+    np.testing.assert_allclose(np.asarray(sol.us), np.asarray(ref.us), atol=2e-3)
+
+
+# --- bad input, status ---------------------------------------------------------------------------
+def _tiny():
+    sys_ = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
+    x0 = gj.RigidBodyState(jnp.eye(3), jnp.zeros(3))
+    return sys_, x0
+
+
+def test_bad_input_names_the_argument():
+    sys_, x0 = _tiny()
+
+    def l(t, x, u):
+        return jnp.sum(u**2)
+
+    with pytest.raises(ValueError, match="'lower' and 'upper'"):
+        OptimalControlProblem(
+            sys_, gj.RKMK4(), x0, 0.1, 5, l, control_dim=3, lower=jnp.ones(3), upper=jnp.zeros(3)
+        )
+    with pytest.raises(ValueError, match="'lower'"):
+        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, l, control_dim=3, lower=jnp.ones(2))
+    with pytest.raises(ValueError, match="'stage_cost'"):
+        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, lambda t, x, u: u, control_dim=3)
+    with pytest.raises(ValueError, match="'steps'"):
+        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 0, l, control_dim=3)
+    prob = OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, l, control_dim=3)
+    with pytest.raises(ValueError, match="'us'"):
+        solve_ocp(prob, ILQR(), us=jnp.zeros((4, 3)))
+    with pytest.raises(ValueError, match="'xs'"):
+        solve_ocp(prob, ILQR(), xs=jax.tree.map(lambda a: jnp.stack([a] * 3), x0))
+    nan_prob = OptimalControlProblem(
+        sys_, gj.RKMK4(), x0, 0.1, 5, lambda t, x, u: jnp.sum(u**2) + jnp.nan, control_dim=3
+    )
+    with pytest.raises(ValueError, match="stage_cost"):
+        solve_ocp(nan_prob, ILQR())
+    with pytest.raises(ValueError, match="AugmentedLagrangian"):
+        solve_ocp(attitude_problem(steps=5, method=gj.RKMK4()), ILQR())
+
+
+def test_non_converged_run_says_so():
+    prob = _attitude_penalty()
+    sol = solve_ocp(prob, ILQR(), max_iters=2)
+    assert sol.stop_reason == "max_iters"
+    assert not bool(sol.succeeded)
+    with pytest.raises(ConvergenceError, match="maximum number of iterations"):
+        sol.check()
+
+
+# --- vmap over problems ------------------------------------------------------------------------
+def test_vmap_over_targets_matches_individual_solves():
+    angles = jnp.array([0.5, 1.0, 1.5])
+
+    def one(a):
+        return solve_ocp(
+            attitude_problem(
+                torque_max=0.2,
+                exact_target=False,
+                steps=20,
+                method=gj.RKMK4(),
+                weight=100.0,
+                angle=a,
+            ),
+            ILQR(),
+            max_iters=100,
+        )
+
+    batch = jax.jit(jax.vmap(one))(angles)
+    assert np.all(np.asarray(batch.result) == 0)
+    single = one(angles[2])
+    np.testing.assert_allclose(batch.us[2], single.us, atol=1e-10)
+    R = SO3.from_axis_angle(jnp.array([1.0, 2.0, -1.0]) / jnp.sqrt(6.0), angles[0])
+    assert rotation_angle(np.asarray(R).T @ np.asarray(batch.xs.R[0, -1])) < 0.1
