@@ -147,6 +147,12 @@ __all__ += [
     "variational",
 ]
 
+# systems in a mobile frame (quasi-velocities, Hamel's equations, torsion)
+from .integrators import DiscreteHamel  # noqa: E402
+from .variational import HamelState, HamelSystem  # noqa: E402
+
+__all__ += ["DiscreteHamel", "HamelState", "HamelSystem"]
+
 # --- base-controlled systems, reconstruction and geometric phases (seed 004) -------------------
 from . import reconstruction  # noqa: E402
 from .reconstruction import (  # noqa: E402
