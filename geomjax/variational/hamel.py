@@ -360,7 +360,7 @@ class HamelSystem(AbstractSystem):
             M v̇ = Eᵀ ∂ℓ/∂q + β(q, v, p) − (∂p/∂q) q̇ + F + Σ_c λ_c e^c,   v̇_c = 0,
 
         ``M = ∂²ℓ/∂v²``, ``β`` the torsion term (:meth:`bracket_term`); ``λ`` ``(m,)``."""
-        A, E = self.frames(q)
+        _, E = self.frames(q)
         qdot = E @ v
         dq, p = jax.grad(self.lagrangian, argnums=(0, 1))(q, v)
         _, mixed = jax.jvp(lambda x: self.momentum(x, v), (q,), (qdot,))
