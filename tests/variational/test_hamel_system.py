@@ -165,6 +165,8 @@ def test_constrained_frame_matches_vertical_rolling_disk():
         qd_ref, lam_ref = vd.acceleration(0.0, s.g, s.x, s.v)
         np.testing.assert_allclose(st.lam, lam_ref, rtol=1e-12, atol=1e-12)
         vdot, lam = ham.acceleration(0.0, st.q, st.v)
+        np.testing.assert_array_equal(lam, st.lam)
+        np.testing.assert_array_equal(vdot[2:], 0.0)
         # the coordinate acceleration from the frame one: q̈ = E v̇ + (DE·q̇) v
         qdot = disk_frame_vectors(q) @ st.v
         _, dE = jax.jvp(disk_frame_vectors, (q,), (qdot,))
