@@ -157,6 +157,7 @@ def test_forces_are_frame_covectors_and_derivatives_match_fd():
     errs = []
     for n in (50, 100):
         f, res, _ = run(damped, METHOD, st, 1.0 / n, n)
+        assert float(res) < 1e-12
         errs.append(top_error(f, ref))
     assert abs(errs[0] / errs[1] - 4.0) < 0.3, errs
     assert float(damped.energy(f)) < float(damped.energy(st))
