@@ -77,6 +77,7 @@ import numpy as np
 from ..variational.hamel import HamelState, HamelSystem, frame_rcond
 from .base import AbstractMethod, StepStats
 from .newton import dense_jac_solve, newton_solve
+from .variational import _check_iters
 
 __all__ = ["DiscreteHamel", "hamel_momenta"]
 
@@ -190,10 +191,7 @@ class DiscreteHamel(AbstractMethod):
 
     def __check_init__(self):
         where = "DiscreteHamel"
-        for name in ("newton_iters", "projection_iters"):
-            it = getattr(self, name)
-            if not (isinstance(it, int) and it >= 1):
-                raise ValueError(f"{where}: argument '{name}' must be a positive int, got {it!r}")
+        _check_iters(where, newton_iters=self.newton_iters, projection_iters=self.projection_iters)
         if self.on_failure not in ("report", "raise"):
             raise ValueError(
                 f"{where}: argument 'on_failure' must be 'report' or 'raise', got "

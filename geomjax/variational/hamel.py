@@ -121,12 +121,9 @@ class HamelSystem(AbstractSystem):
     Every method acts on one point; batch with ``jax.vmap``.
     """
 
-    lagrangian_fn: Callable | None
-    metric_fn: Callable | jax.Array | None
-    potential_fn: Callable | None
+    model: LagrangianSystem
     frame_fn: Callable | None
     frame_vectors_fn: Callable | None
-    force_fn: Callable | None
     constrained: tuple[int, ...] = eqx.field(static=True)
     dim: int = eqx.field(static=True)
 
@@ -143,41 +140,16 @@ class HamelSystem(AbstractSystem):
         dim=None,
     ):
         where = type(self).__name__
-        if (lagrangian is None) == (metric is None):
-            raise ValueError(
-                f"{where}: give exactly one of argument 'lagrangian' or argument 'metric'"
-            )
         if (frame is None) == (frame_vectors is None):
             raise ValueError(
                 f"{where}: give exactly one of argument 'frame' (A(q), v = A q̇) or argument "
                 "'frame_vectors' (E(q), the frame vectors as columns, q̇ = E v)"
             )
-        for name, fn in (
-            ("lagrangian", lagrangian),
-            ("frame", frame),
-            ("frame_vectors", frame_vectors),
-            ("potential", potential),
-            ("force", force),
-        ):
+        for name, fn in (("frame", frame), ("frame_vectors", frame_vectors)):
             if fn is not None and not callable(fn):
                 raise ValueError(f"{where}: argument '{name}' must be callable")
-        if potential is not None and lagrangian is not None:
-            raise ValueError(
-                f"{where}: argument 'potential' goes with 'metric'; put V into 'lagrangian'"
-            )
-        if metric is not None and not callable(metric):
-            metric = jnp.asarray(metric, dtype=jnp.result_type(float))
-            if metric.ndim != 2 or metric.shape[0] != metric.shape[1]:
-                raise ValueError(
-                    f"{where}: argument 'metric' must be callable M(q) or an (n, n) matrix, "
-                    f"got shape {metric.shape}"
-                )
-            if dim is not None and int(dim) != metric.shape[0]:
-                raise ValueError(
-                    f"{where}: argument 'dim' = {dim} does not match the metric's shape "
-                    f"{metric.shape}"
-                )
-            dim = metric.shape[0]
+        if metric is not None and not callable(metric) and dim is None:
+            dim = jnp.shape(metric)[0] if jnp.ndim(metric) == 2 else None
         if dim is None:
             raise ValueError(
                 f"{where}: argument 'dim' (the number n of coordinates) is required unless "
@@ -209,20 +181,24 @@ class HamelSystem(AbstractSystem):
                 f"{where}: argument 'constrained' fixes all {n} quasi-velocities; at least one "
                 "must stay free"
             )
-        self.lagrangian_fn = lagrangian
-        self.metric_fn = metric
-        self.potential_fn = potential
+        # ℓ(q, v), its metric, potential and force have the form of a coordinate Lagrangian's
+        # L(q, q̇): that model is kept (and checked) by a LagrangianSystem
+        try:
+            self.model = LagrangianSystem(
+                lagrangian, metric=metric, potential=potential, force=force, dim=n
+            )
+        except ValueError as e:
+            msg = str(e).replace("LagrangianSystem", where).replace("qdot", "v")
+            raise ValueError(msg) from None
         self.frame_fn = frame
         self.frame_vectors_fn = frame_vectors
-        self.force_fn = force
         self.constrained = tuple(sorted(cons))
         self.dim = n
-        self._check_functions(n)
+        self._check_frame_function(n)
 
-    def _check_functions(self, n):
+    def _check_frame_function(self, n):
         where = type(self).__name__
-        dtype = jnp.result_type(float)
-        q = jax.ShapeDtypeStruct((n,), dtype)
+        q = jax.ShapeDtypeStruct((n,), jnp.result_type(float))
         name = "frame" if self.frame_fn is not None else "frame_vectors"
         fn = self.frame_fn if self.frame_fn is not None else self.frame_vectors_fn
         try:
@@ -236,27 +212,6 @@ class HamelSystem(AbstractSystem):
                 f"{where}: argument '{name}' must return an ({n}, {n}) matrix, got "
                 f"{getattr(out, 'shape', type(out))}"
             )
-        try:
-            out = jax.eval_shape(self.lagrangian, q, q)
-        except Exception as e:
-            name = "lagrangian" if self.lagrangian_fn is not None else "metric"
-            raise ValueError(
-                f"{where}: argument '{name}' failed on q, v of shape ({n},): "
-                f"{type(e).__name__}: {e}"
-            ) from e
-        if getattr(out, "shape", None) != ():
-            raise ValueError(f"{where}: argument 'lagrangian' must return a scalar")
-        if self.force_fn is not None:
-            t = jax.ShapeDtypeStruct((), dtype)
-            try:
-                out = jax.eval_shape(lambda t, q, v: self.force_fn(t, q, v, None), t, q, q)
-            except Exception as e:
-                raise ValueError(
-                    f"{where}: argument 'force' must be F(t, q, v, u) -> ({n},) (u may be "
-                    f"None): {type(e).__name__}: {e}"
-                ) from e
-            if tuple(out.shape) != (n,):
-                raise ValueError(f"{where}: argument 'force' must return shape ({n},)")
 
     # --- the frame ---------------------------------------------------------------------------
     @property
@@ -314,42 +269,30 @@ class HamelSystem(AbstractSystem):
         ``(n,)`` (``p`` the frame momentum ``∂ℓ/∂v``; on SO(3) in the body frame ``p × Ω``)."""
         return jnp.einsum("dab,a,d->b", self.structure_coefficients(q), v, p)
 
-    # --- the model ---------------------------------------------------------------------------
+    # --- the model (ℓ has the form of a coordinate Lagrangian: delegated to ``model``) ----------
     def lagrangian(self, q, v) -> jax.Array:
         """``ℓ(q, v)``."""
-        if self.metric_fn is not None:
-            return 0.5 * v @ (self.mass_matrix(q) @ v) - self.potential(q)
-        return self.lagrangian_fn(q, v)
+        return self.model.lagrangian(q, v)
 
     def mass_matrix(self, q, v=None) -> jax.Array:
         """``∂²ℓ/∂v²`` ``(n, n)`` (the metric itself for ``metric`` systems)."""
-        if self.metric_fn is not None:
-            M = self.metric_fn(q) if callable(self.metric_fn) else self.metric_fn
-            return jnp.asarray(M, q.dtype)
-        v = jnp.zeros_like(q) if v is None else v
-        return jax.jacfwd(jax.grad(self.lagrangian_fn, argnums=1), argnums=1)(q, v)
+        return self.model.mass_matrix(q, v)
 
     def potential(self, q) -> jax.Array:
         """``V(q) = −ℓ(q, 0)``."""
-        if self.metric_fn is not None:
-            return jnp.zeros((), q.dtype) if self.potential_fn is None else self.potential_fn(q)
-        return -self.lagrangian_fn(q, jnp.zeros_like(q))
+        return self.model.potential(q)
 
     def force(self, t, q, v, u=None):
         """Force covector in the frame ``(n,)``, or ``None`` (no force at all)."""
-        if self.force_fn is not None:
-            return self.force_fn(t, q, v, u)
-        return None if u is None else jnp.asarray(u, q.dtype)
+        return self.model.force(t, q, v, u)
 
     def momentum(self, q, v) -> jax.Array:
         """Frame momentum ``p = ∂ℓ/∂v`` ``(n,)`` (``p_a = ⟨∂L/∂q̇, e_a⟩``)."""
-        if self.metric_fn is not None:
-            return self.mass_matrix(q) @ v
-        return jax.grad(self.lagrangian_fn, argnums=1)(q, v)
+        return self.model.momentum(q, v)
 
     def energy_qv(self, q, v) -> jax.Array:
         """``E = ⟨p, v⟩ − ℓ``."""
-        return self.momentum(q, v) @ v - self.lagrangian(q, v)
+        return self.model.energy_qv(q, v)
 
     def energy(self, state) -> jax.Array:
         return self.energy_qv(state.q, state.v)
@@ -402,7 +345,7 @@ class HamelSystem(AbstractSystem):
             f = ham.force(t, q, A @ qdot, u)
             return jnp.zeros_like(q) if f is None else A.T @ f
 
-        has_force = self.force_fn is not None
+        has_force = self.model.force_fn is not None
         return LagrangianSystem(L, force=F if has_force else None, dim=self.dim)
 
     # --- states ------------------------------------------------------------------------------
