@@ -118,7 +118,10 @@ class HamelSystem(AbstractSystem):
         dim: ``n`` (needed unless ``metric`` is an array): the functions are checked at
             construction.
 
-    Every method acts on one point; batch with ``jax.vmap``.
+    The model ``ℓ`` (with its metric, potential and force) has the form of a coordinate
+    Lagrangian and is held as ``model``, a :class:`~geomjax.variational.LagrangianSystem` in
+    ``(q, v)``; :meth:`as_lagrangian_system` is the system in coordinates instead.  Every method
+    acts on one point; batch with ``jax.vmap``.
     """
 
     model: LagrangianSystem
