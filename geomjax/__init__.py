@@ -13,7 +13,8 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 Two things are set at import, each with a switch (the documentation's Architecture page lists
 them): a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS`` (:mod:`geomjax._xla`:
 time loops and Newton solves compiled as single kernels; ``GEOMJAX_XLA_FLAGS=0`` turns it off),
-effective when geomjax is imported before JAX's first computation; and :func:`gc.freeze` of the
+effective when geomjax is imported before JAX's first computation (XLA reads its flags once;
+imported later, geomjax warns); and :func:`gc.freeze` of the
 objects that exist at the end of the import (:mod:`geomjax._gc`: full collections during tracing
 no longer walk them; ``GEOMJAX_GC_FREEZE=0`` turns it off).
 """
@@ -30,6 +31,7 @@ from .integrators import (
     RKMK4,
     Composition,
     DiscreteEulerLagrange,
+    DiscreteHamel,
     Impacts,
     NonholonomicVI,
     ReversibleAdjoint,
@@ -86,7 +88,7 @@ from .systems import (
     VerticalRollingDisk,
     momentum_equation,
 )
-from .variational import LagrangianSystem, VariationalState
+from .variational import HamelState, HamelSystem, LagrangianSystem, VariationalState
 
 try:
     __version__ = _version("geomjax")
@@ -122,9 +124,11 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "GravityGradient",
     "SE3Gravity",
     "UniformGravity",
-    # Lagrangian systems in coordinates
+    # Lagrangian systems in coordinates and in mobile frames
     "LagrangianSystem",
     "VariationalState",
+    "HamelSystem",
+    "HamelState",
     # nonholonomic systems
     "NonholonomicSystem",
     "NonholonomicState",
@@ -147,6 +151,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "RigidBodySplitting",
     "NonholonomicVI",
     "DiscreteEulerLagrange",
+    "DiscreteHamel",
     "RATTLE",
     "Impacts",
     "Composition",

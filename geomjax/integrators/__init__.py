@@ -49,3 +49,8 @@ __all__ += [
     "Impacts",
     "discrete_legendre",
 ]
+
+# systems in a mobile frame: discrete Hamel equations
+from .hamel import DiscreteHamel, hamel_momenta  # noqa: E402
+
+__all__ += ["DiscreteHamel", "hamel_momenta"]

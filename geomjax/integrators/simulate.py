@@ -545,6 +545,10 @@ def _control_shape(system) -> tuple[int, ...] | None:
         return (system.n_velocities,)
     if isinstance(system, AbstractLieGroupSystem):
         return (system.group.dim,)
+    from ..variational.hamel import HamelSystem
+
+    if isinstance(system, HamelSystem):  # a force covector in the frame
+        return (system.dim,)
     return None
 
 
