@@ -41,7 +41,6 @@ def execute(path: Path):
     os.environ.update(
         MPLBACKEND="Agg",
         JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
-        GEOMJAX_FAST=os.environ.get("GEOMJAX_FAST", "1"),
         # the kernel imports this checkout's geomjax
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
