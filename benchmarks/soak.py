@@ -177,7 +177,7 @@ def restart_case(steps, rows):
             full = gj.simulate(system, method, s0, dt, steps, save_every=half)
             first = gj.simulate(system, method, s0, dt, half, save_every=half)
             path = first.save(Path(tmp) / f"{name}.npz", system=system)
-            loaded, system2, _ = gj.load_solution(path, s0, system=system)
+            loaded, system2, _ = gj.load_solution(path, system, state_template=s0)
             cont = gj.simulate(system2, method, loaded.final_state, dt, half, save_every=half,
                                t0=loaded.ts[-1])  # fmt: skip
             a = jax.tree_util.tree_leaves(full.final_state)

@@ -236,6 +236,23 @@ def _canonical_state(opt_state):
     return jax.tree_util.tree_map(strong, opt_state)
 
 
+def _as_params(params):
+    """Array-likes of numbers (a list, a tuple, a Python or numpy number, a numpy array) as one
+    floating jax array (integers become the default float); any other pytree as it is."""
+    if isinstance(params, list | tuple | int | float | np.ndarray | np.number) and not any(
+        isinstance(x, jax.Array | eqx.Module) for x in jax.tree_util.tree_leaves(params)
+    ):
+        try:
+            a = np.asarray(params)
+        except (ValueError, TypeError):  # ragged or not numeric: leave it to the pytree path
+            return params
+        if a.dtype.kind in "biu":
+            return jnp.asarray(a, dtype=jnp.result_type(float))
+        if a.dtype.kind == "f":
+            return jnp.asarray(a)
+    return params
+
+
 def _check_common(steps, patience):
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"optimize: argument 'steps' must be a positive int, got {steps!r}")
@@ -330,7 +347,7 @@ def optimize(
     Arguments:
         loss: ``params -> scalar``, differentiable (e.g. through :func:`geomjax.simulate`).
         params: any pytree (equinox Modules included); floating arrays are optimized, other leaves
-            are held fixed.  :class:`GroupParam` leaves are updated on their group.
+            are held fixed.  An array-like of numbers (``[1.0, 2.0]``) is taken as one array.  :class:`GroupParam` leaves are updated on their group.
         optimizer: ``"adam"`` (``optax.adam(1e-2)``), ``"lbfgs"`` (``optax.lbfgs()`` with its zoom
             line search; Euclidean parameters only), or any optax ``GradientTransformation``.
         steps: maximum number of iterations.
@@ -346,6 +363,7 @@ def optimize(
     """
     _check_common(steps, patience)
     opt, extra, memory = _make_optimizer(optimizer)
+    params = _as_params(params)
     diff, static = eqx.partition(params, _filter, is_leaf=_is_gp)
     # L-BFGS's curvature pairs live in one chart; group parameters are re-charted every step
     if memory and any(_is_gp(x) for x in jax.tree_util.tree_leaves(diff, is_leaf=_is_gp)):
@@ -353,7 +371,10 @@ def optimize(
             "optimize: L-BFGS (optimizer='lbfgs') needs Euclidean parameters; use 'adam' with GroupParam"
         )
     if not jax.tree_util.tree_leaves(diff):
-        raise ValueError("optimize: argument 'params' has no floating-point arrays to optimize")
+        raise ValueError(
+            "optimize: argument 'params' has no floating-point arrays to optimize, got "
+            f"{type(params).__name__} (pass e.g. jnp.array([1.0, 2.0]) or a pytree of arrays)"
+        )
     reuse = extra and _reuses_linesearch(opt, diff)
     step = eqx.filter_jit(_build_step(loss, static, opt, extra, reuse))
     opt_state = _canonical_state(_initial_state(opt, diff, reuse))
