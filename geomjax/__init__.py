@@ -10,7 +10,7 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 One thing is set at import: a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS``
 (:mod:`geomjax._xla`: time loops and Newton solves compiled as single kernels, 3–11× faster
 nonholonomic steps at batch 1 on CPU, results equal to round-off), effective when geomjax is imported
-before JAX's first computation; ``GEOMJAX_XLA_FLAGS=0`` turns it off, and ``XLA_FLAGS`` that
+before JAX's first computation (XLA reads its flags once; imported later, geomjax warns); ``GEOMJAX_XLA_FLAGS=0`` turns it off, and ``XLA_FLAGS`` that
 already set ``xla_backend_extra_options`` are left alone.  And the objects that exist at the end of
 the import (modules of jax, numpy, equinox, geomjax) are taken out of the cyclic garbage
 collector's scans (:mod:`geomjax._gc`, :func:`gc.freeze`: full collections during tracing no

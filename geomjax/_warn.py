@@ -22,13 +22,20 @@ _INTERNAL = tuple(
 
 
 def _internal(filename: str) -> bool:
-    return filename.startswith(_INTERNAL) or filename.startswith("<frozen ")
+    return filename.startswith("<frozen ") or os.path.abspath(filename).startswith(_INTERNAL)
 
 
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn(message, category)`` attributed to the first frame outside geomjax,
     equinox and jax (the user's call)."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and _internal(os.path.abspath(frame.f_code.co_filename)):
-        frame, level = frame.f_back, level + 1
+    while frame is not None and _internal(frame.f_code.co_filename):
+        frame = frame.f_back
+        # warnings.warn does not count importlib's frames (an import-time warning)
+        if frame is not None and not _importlib(frame.f_code.co_filename):
+            level += 1
     warnings.warn(message, category, stacklevel=level + 1 if frame is not None else 2)
+
+
+def _importlib(filename: str) -> bool:
+    return "importlib" in filename and "_bootstrap" in filename
