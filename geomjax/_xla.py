@@ -44,7 +44,6 @@ The option belongs to the CPU backend (not tried on an accelerator: none was ava
 from __future__ import annotations
 
 import os
-
 import sys
 
 __all__ = ["LATE_IMPORT_WARNING", "SMALL_LOOP_BYTES", "XLA_FLAG", "configure_xla_flags"]
