@@ -226,7 +226,7 @@ def restart_case(steps, rows):
             full = gj.simulate(system, method, s0, dt, steps, save_every=save)
             first = gj.simulate(system, method, s0, dt, half, save_every=save)
             path = first.save(Path(tmp) / f"{name}.npz", system=system)
-            loaded, system2, _ = gj.load_solution(path, s0, system=system)
+            loaded, system2, _ = gj.load_solution(path, system, state_template=s0)
             cont = gj.simulate(system2, method, loaded.final_state, dt, half, save_every=save,
                                t0=loaded.ts[-1])  # fmt: skip
             # the second half of the uninterrupted run's saved times and states against the

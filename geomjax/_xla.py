@@ -28,9 +28,15 @@ nothing from one kernel and loses the runtime's parallel dispatch (batch 16384: 
 ns with an unlimited threshold, 65 with 16 MiB; ball 301 → 366 / 302).
 
 When it applies: only if the flag is in ``XLA_FLAGS`` before JAX creates its CPU backend (the
-first computation of the process).  Import geomjax before you compute anything with JAX, or put
+first computation of the process).  XLA parses its flags once per process: neither a later
+``XLA_FLAGS`` nor re-creating the backends (``jax.extend.backend.clear_backends()``) nor a
+per-``jit`` ``compiler_options`` (which rejects this map-valued option) applies it afterwards
+(checked: the loop below stays a loop of separately dispatched kernels; the free body's 1e5-step
+``simulate`` ran 2.7–3.4x slower).  So when the backend has already started, ``import geomjax``
+warns (:data:`LATE_IMPORT_WARNING`, attributed to the importing line) with the fix: import
+geomjax before you compute anything with JAX, or put
 ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=16777216``
-in the environment yourself.  Nothing is changed if ``XLA_FLAGS`` already sets
+in the environment before Python starts.  Nothing is changed if ``XLA_FLAGS`` already sets
 ``xla_backend_extra_options`` (yours win), or with ``GEOMJAX_XLA_FLAGS=0`` in the environment.
 The option belongs to the CPU backend (not tried on an accelerator: none was available).
 """
@@ -38,8 +44,9 @@ The option belongs to the CPU backend (not tried on an accelerator: none was ava
 from __future__ import annotations
 
 import os
+import sys
 
-__all__ = ["SMALL_LOOP_BYTES", "XLA_FLAG", "configure_xla_flags"]
+__all__ = ["LATE_IMPORT_WARNING", "SMALL_LOOP_BYTES", "XLA_FLAG", "configure_xla_flags"]
 
 #: The threshold geomjax sets (bytes touched by one iteration of a loop's body).
 SMALL_LOOP_BYTES = 1 << 24
@@ -47,6 +54,28 @@ SMALL_LOOP_BYTES = 1 << 24
 #: The ``XLA_FLAGS`` entry (the option is a backend option, passed through
 #: ``xla_backend_extra_options``; a per-``jit`` ``compiler_options`` cannot set it).
 XLA_FLAG = f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={SMALL_LOOP_BYTES}"
+
+
+#: Warned at ``import geomjax`` when JAX's backend started before (the setting cannot apply).
+LATE_IMPORT_WARNING = (
+    "geomjax was imported after JAX's first computation, so XLA:CPU's small-loop setting "
+    "(geomjax._xla) cannot apply in this process: XLA reads XLA_FLAGS once, when its backend "
+    "starts. Time loops (simulate, Newton solves) run up to 3-10x slower at small batch sizes. "
+    "Fix: import geomjax before computing anything with JAX (e.g. first in the notebook), or "
+    "start Python with XLA_FLAGS=" + XLA_FLAG + " (GEOMJAX_XLA_FLAGS=0 silences this warning)."
+)
+
+
+def _backend_started() -> bool:
+    """Whether JAX has created its backends (after that, ``XLA_FLAGS`` is not read again)."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # a JAX without this private helper: assume the setting applies
+        return False
 
 
 def configure_xla_flags(environ=None) -> bool:
@@ -64,4 +93,7 @@ def configure_xla_flags(environ=None) -> bool:
     return True
 
 
-configure_xla_flags()
+if configure_xla_flags() and _backend_started():
+    from ._warn import warn
+
+    warn(LATE_IMPORT_WARNING, RuntimeWarning)

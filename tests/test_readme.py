@@ -29,11 +29,11 @@ def test_readme_examples_run_and_hold():
     m, r, x, xd = ns["m"], ns["r"], ns["x"], ns["xd"]
     n = x / r
     expected = -m * (xd @ xd / r + jnp.array([0.0, 0.0, -9.81]) @ n) * n
-    np.testing.assert_allclose(ns["R"], expected, atol=1e-12)
-    np.testing.assert_allclose(ns["same_R"], expected, atol=1e-12)
+    np.testing.assert_allclose(ns["reaction"], expected, atol=1e-12)
+    np.testing.assert_allclose(ns["same_reaction"], expected, atol=1e-12)
     assert abs(float(expected @ xd)) < 1e-12
     # the knife edge keeps its constraint along the run
-    q, v = ns["sol"].states.g, ns["sol"].states.v
+    q, v = ns["knife_sol"].states.g, ns["knife_sol"].states.v
     viol = v[:, 0] * jnp.sin(q[:, 2]) - v[:, 1] * jnp.cos(q[:, 2])
     assert float(jnp.max(jnp.abs(viol))) < 1e-12
     # variational (issue 12): RATTLE keeps |q| = 1 at round-off, the ball stays above the floor

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,46 @@ def test_import_freezes_the_objects_it_leaves_unless_opted_out(setting, frozen):
     count = int(out.stdout.split()[-1])
     # jax, numpy, equinox and geomjax leave far more than 10^4 objects
     assert (count > 10_000) if frozen else (count == 0)
+
+
+_LATE = r"""
+import json, sys, warnings
+import jax
+import jax.numpy as jnp
+if sys.argv[1] == "late":
+    jnp.ones(3).sum().block_until_ready()  # JAX's backend starts before import geomjax
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import geomjax
+x = jnp.linspace(0.0, 1.0, 2000)
+loop = jax.jit(lambda x: jax.lax.fori_loop(0, 10, lambda i, y: jnp.sin(y) * 1.01 + x, x))
+print(json.dumps({
+    "small": "xla_cpu_small_call" in loop.lower(x).compile().as_text(),
+    "warnings": [[str(w.message), w.filename, w.category.__name__] for w in caught],
+}))
+"""
+
+
+@pytest.mark.parametrize("order", ["late", "first"])
+def test_import_after_jax_computation_warns_with_cause_and_fix(tmp_path, order):
+    """XLA reads XLA_FLAGS once, when its backend starts: imported after JAX's first computation,
+    geomjax cannot apply the setting (the ~16 kB loop stays a loop), and says so at the user's
+    import line, with the fix.  Imported first: the setting applies and nothing is said."""
+    script = tmp_path / "user_script.py"
+    script.write_text(_LATE)
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS")}
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's geomjax
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run(
+        [sys.executable, str(script), order], env=env, capture_output=True, text=True, check=True
+    )
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    ours = [w for w in res["warnings"] if "XLA_FLAGS" in w[0]]
+    if order == "first":
+        assert res["small"] and not ours
+        return
+    assert not res["small"]  # the cause: the flag could not apply
+    assert len(ours) == 1, res["warnings"]
+    message, filename, category = ours[0]
+    assert filename == str(script) and category == "RuntimeWarning"
+    assert "import geomjax before" in message and XLA_FLAG in message

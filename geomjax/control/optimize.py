@@ -15,6 +15,7 @@ to keep reverse-mode memory ``O(sqrt(steps))``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
@@ -94,7 +95,9 @@ class OptimizeResult:
             ``(iterations, restarts)``.
         n_iter: iterations run.
         stop_reason: ``"steps"``, ``"target"``, ``"gtol"``, ``"patience"`` or ``"nonfinite"``.
-        compile_time: wall seconds of the first iteration (compile + one update).
+        compile_time: wall seconds of the first iteration (compile + one update; about one
+            update when the step was compiled by an earlier call with the same loss and shapes).
+            The progress bar starts after it and shows it in its description.
         arrays: ``export(params)`` as numpy arrays (e.g. the controls or the sampled curve), so the
             result can be re-simulated with any other integrator.
         restart_losses: final loss of each restart (:func:`optimize_restarts` only).
@@ -110,12 +113,19 @@ class OptimizeResult:
     restart_losses: np.ndarray | None = None
 
 
+@functools.cache
+def _named_optimizer(name):
+    """One transformation object per name, so that a second :func:`optimize` call finds the
+    compiled step of the first (optax builds new closures, unequal, on every call)."""
+    return optax.adam(1e-2) if name == "adam" else optax.lbfgs()
+
+
 def _make_optimizer(optimizer):
     """``(transformation, passes extra args, is a quasi-Newton method with memory)``."""
     if optimizer is None or optimizer == "adam":
-        return optax.adam(1e-2), False, False
+        return _named_optimizer("adam"), False, False
     if optimizer == "lbfgs":
-        return optax.lbfgs(), True, True
+        return _named_optimizer("lbfgs"), True, True
     if isinstance(optimizer, optax.GradientTransformation):
         # line searches (optax.lbfgs) read value, grad and value_fn; other transformations with
         # extra-args support ignore them
@@ -193,6 +203,66 @@ def _build_step(loss, static, opt, extra_args, reuse=False):
     return step_reusing if reuse else step
 
 
+class _Static:
+    """The non-optimized part of ``params`` as a hashable value: equal when the tree structure
+    is equal and every leaf is equal (hashable leaves) or the same object (arrays)."""
+
+    def __init__(self, tree):
+        leaves, self.treedef = jax.tree_util.tree_flatten(tree)
+        self.tree = tree
+        self.key = tuple(_leaf_key(x) for x in leaves)
+
+    def __hash__(self):
+        return hash((self.treedef, self.key))
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, _Static) and self.treedef == other.treedef and self.key == other.key
+        )
+
+
+def _leaf_key(x):
+    if eqx.is_array(x):
+        return ("id", id(x))  # the object itself is kept alive by _Static.tree
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return ("value", type(x), x)
+
+
+class _StepKey:
+    """What the compiled iteration depends on besides its array arguments: the loss (a function
+    by identity; a Module by its fields), the fixed part of the parameters, the optimizer (its
+    functions by identity: ``"adam"`` and ``"lbfgs"`` are one object each), and how the step is
+    built.  Equal keys find the program
+    compiled by an earlier :func:`optimize` call in :data:`_compiled_step`'s cache."""
+
+    def __init__(self, loss, static, opt, extra, reuse, batched):
+        self.parts = (_Static(loss), _Static(static), _Static(opt), extra, reuse, batched)
+        # (extra, reuse, batched are bools)
+        one = _build_step(loss, static, opt, extra, reuse)
+        self.step = eqx.filter_vmap(one) if batched else one
+
+    def __hash__(self):
+        return hash(self.parts)
+
+    def __eq__(self, other):
+        return isinstance(other, _StepKey) and self.parts == other.parts
+
+
+@eqx.filter_jit
+def _compiled_step(key, diff, state):
+    return key.step(diff, state)
+
+
+def _cached_step(loss, static, opt, extra, reuse, batched=False):
+    """The jitted iteration, ``step(diff, state)``, shared by calls with equal :class:`_StepKey`
+    (a second ``optimize`` of the same loss and shapes neither traces nor compiles)."""
+    key = _StepKey(loss, static, opt, extra, reuse, batched)
+    return functools.partial(_compiled_step, key)
+
+
 def _reuses_linesearch(opt, diff):
     """Whether :func:`_build_step` can take the value and gradient from the line search: the
     optimizer has one zoom line search (``optax.lbfgs``) and the parameters are Euclidean (a
@@ -236,6 +306,23 @@ def _canonical_state(opt_state):
     return jax.tree_util.tree_map(strong, opt_state)
 
 
+def _as_params(params):
+    """Array-likes of numbers (a list, a tuple, a Python or numpy number, a numpy array) as one
+    floating jax array (integers become the default float); any other pytree as it is."""
+    if isinstance(params, list | tuple | int | float | np.ndarray | np.number) and not any(
+        isinstance(x, jax.Array | eqx.Module) for x in jax.tree_util.tree_leaves(params)
+    ):
+        try:
+            a = np.asarray(params)
+        except (ValueError, TypeError):  # ragged or not numeric: leave it to the pytree path
+            return params
+        if a.dtype.kind in "biu":
+            return jnp.asarray(a, dtype=jnp.result_type(float))
+        if a.dtype.kind == "f":
+            return jnp.asarray(a)
+    return params
+
+
 def _check_common(steps, patience):
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"optimize: argument 'steps' must be a positive int, got {steps!r}")
@@ -247,7 +334,7 @@ def _loop(
     step, diff, opt_state, steps, target, gtol, patience, min_delta, progress, desc, reduce, reuse
 ):
     """The host loop: one jitted ``step`` per iteration; returns best diff and the history."""
-    bar = _progress(steps, progress, desc)
+    bar = None  # created after the first iteration, which compiles (its ETA would be minutes)
     losses, gnorms, times = [], [], []
     best_val, best_diff, since_best = np.inf, diff, 0
     reason, compile_time = "steps", 0.0
@@ -261,6 +348,7 @@ def _loop(
             now = time.perf_counter() - t0
             if it == 0:
                 compile_time = now
+                bar = _progress(steps, progress, f"{desc} (compile + 1st step {now:.2f} s)")
             losses.append(value)
             gnorms.append(gnorm)
             times.append(now)
@@ -330,7 +418,7 @@ def optimize(
     Arguments:
         loss: ``params -> scalar``, differentiable (e.g. through :func:`geomjax.simulate`).
         params: any pytree (equinox Modules included); floating arrays are optimized, other leaves
-            are held fixed.  :class:`GroupParam` leaves are updated on their group.
+            are held fixed.  An array-like of numbers (``[1.0, 2.0]``) is taken as one array.  :class:`GroupParam` leaves are updated on their group.
         optimizer: ``"adam"`` (``optax.adam(1e-2)``), ``"lbfgs"`` (``optax.lbfgs()`` with its zoom
             line search; Euclidean parameters only), or any optax ``GradientTransformation``.
         steps: maximum number of iterations.
@@ -346,6 +434,7 @@ def optimize(
     """
     _check_common(steps, patience)
     opt, extra, memory = _make_optimizer(optimizer)
+    params = _as_params(params)
     diff, static = eqx.partition(params, _filter, is_leaf=_is_gp)
     # L-BFGS's curvature pairs live in one chart; group parameters are re-charted every step
     if memory and any(_is_gp(x) for x in jax.tree_util.tree_leaves(diff, is_leaf=_is_gp)):
@@ -353,9 +442,12 @@ def optimize(
             "optimize: L-BFGS (optimizer='lbfgs') needs Euclidean parameters; use 'adam' with GroupParam"
         )
     if not jax.tree_util.tree_leaves(diff):
-        raise ValueError("optimize: argument 'params' has no floating-point arrays to optimize")
+        raise ValueError(
+            "optimize: argument 'params' has no floating-point arrays to optimize, got "
+            f"{type(params).__name__} (pass e.g. jnp.array([1.0, 2.0]) or a pytree of arrays)"
+        )
     reuse = extra and _reuses_linesearch(opt, diff)
-    step = eqx.filter_jit(_build_step(loss, static, opt, extra, reuse))
+    step = _cached_step(loss, static, opt, extra, reuse)
     opt_state = _canonical_state(_initial_state(opt, diff, reuse))
     diff, opt_state, best_diff, best_val, history, reason, ct, n = _loop(
         step,
@@ -413,8 +505,7 @@ def optimize_restarts(
     if memory and any(_is_gp(x) for x in jax.tree_util.tree_leaves(diff, is_leaf=_is_gp)):
         raise ValueError("optimize_restarts: L-BFGS needs Euclidean parameters; use 'adam'")
     reuse = extra and _reuses_linesearch(opt, jax.tree_util.tree_map(lambda x: x[0], diff))
-    one = _build_step(loss, static, opt, extra, reuse)
-    step = eqx.filter_jit(eqx.filter_vmap(one))
+    step = _cached_step(loss, static, opt, extra, reuse, batched=True)
     opt_state = eqx.filter_vmap(lambda d: _initial_state(opt, d, reuse))(diff)
     opt_state = _canonical_state(opt_state)
     diff, opt_state, _, _, history, reason, ct, n = _loop(

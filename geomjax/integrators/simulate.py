@@ -120,6 +120,10 @@ class Solution(eqx.Module):
         return path if path.suffix == ".npz" else path.with_suffix(path.suffix + ".npz")
 
 
+def _qualname(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
 def _short_repr(obj) -> str:
     return eqx.tree_pformat(obj, short_arrays=True)[:2000]
 
@@ -162,15 +166,18 @@ def _unflatten_like(template, data, prefix, argname="state_template", time_axis=
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def load_solution(path, state_template=None, system=None, method=None):
-    """Load what :meth:`Solution.save` wrote.
+def load_solution(path, system=None, method=None, *, state_template=None):
+    """Load what :meth:`Solution.save` wrote: ``load_solution(path, system, method)`` mirrors
+    ``sol.save(path, system, method)``.
 
     Arguments:
         path: the ``.npz`` file.
-        state_template: one state of the right type (e.g. the initial state); if omitted, the
-            state type recorded in the file is imported and rebuilt (geomjax state types).
         system, method: templates whose numeric leaves are replaced by the saved ones (so the
             functions and static configuration come from the templates).
+        state_template: one state of the right type (e.g. the initial state); if omitted, the
+            state type recorded in the file is imported and rebuilt (geomjax state types).  (A
+            state passed as the second positional argument, the order of earlier versions, is
+            taken as ``state_template``.)
 
     Returns:
         ``(solution, system, method)``; ``system``/``method`` are the rebuilt modules, or the dict
@@ -189,6 +196,20 @@ def load_solution(path, state_template=None, system=None, method=None):
             f"load_solution: argument 'path' ({path}) is not a complete file written by "
             f"Solution.save ({type(e).__name__}: {e})"
         ) from e
+    state_type = meta.get("state_type", "")
+    if system is not None and _qualname(system) == state_type:  # load_solution(path, state0, ...)
+        if state_template is not None:
+            raise ValueError(
+                "load_solution: got a state both as argument 'system' and as 'state_template'; "
+                "call load_solution(path, system, method, state_template=state)"
+            )
+        system, state_template = None, system
+    for name, tmpl in (("system", system), ("method", method)):
+        if tmpl is not None and not isinstance(tmpl, eqx.Module):
+            raise ValueError(
+                f"load_solution: argument '{name}' must be the {name} module passed to "
+                f"sol.save(path, system, method) (a template), got {type(tmpl).__name__}"
+            )
     if state_template is None:
         import importlib
 
@@ -344,6 +365,15 @@ def simulate(
             f"simulate: method {type(method).__name__} does not support system {type(system).__name__}"
         )
     method.validate(system)
+    for name, value in (("steps", steps), ("save_every", save_every)):
+        if isinstance(value, jax.core.Tracer):
+            raise ValueError(
+                f"simulate: argument '{name}' is static (it sets the length of the time loop) and "
+                f"was traced by a jax transformation ({type(value).__name__}); mark it static: "
+                f"jax.jit(gj.simulate, static_argnames=({name!r},)), or equinox.filter_jit("
+                "gj.simulate) (Python ints are static there), or close over it: "
+                f"jax.jit(lambda s: gj.simulate(system, method, s, dt, {name}=...))"
+            )
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"simulate: argument 'steps' must be a positive int, got {steps!r}")
     if not (isinstance(save_every, int | np.integer) and save_every >= 1) or steps % save_every:

@@ -319,10 +319,34 @@ _compiled_local_connection = eqx.filter_jit(_local_connection)
 _compiled_curvature = eqx.filter_jit(_curvature)
 
 
+def _curve_index_checked(curve, params, t):
+    """``curve(params, t)`` with out-of-bounds indexing reported (``(checkify error, point)``):
+    JAX clamps indices, so a ``params`` array too short for the curve would silently repeat its
+    last entry."""
+    from jax.experimental import checkify
+
+    t = jnp.asarray(t, jnp.result_type(float))
+    return checkify.checkify(
+        lambda p: jnp.asarray(_call_curve(curve, p, t)), errors=checkify.index_checks
+    )(params)
+
+
+@eqx.filter_jit
+def _check_indices(curve, params, t):
+    return _curve_index_checked(curve, params, t)[0]
+
+
+def _is_concrete_dtype_tree(x) -> bool:
+    return all(hasattr(leaf, "dtype") for leaf in jax.tree_util.tree_leaves(x))
+
+
 @eqx.filter_jit
 def _check_values(recon):
+    """The base point (indexing into ``params`` checked, :func:`_curve_index_checked`) and the
+    constraint's singular values at ``t_check``."""
     t = jnp.asarray(recon.t_check, jnp.result_type(float))
-    return recon.base(t), recon.system.h1_singular_values(recon.gauge_point(t))
+    index_error, b = _curve_index_checked(recon.base_curve, recon.params, t)
+    return b, recon.system.h1_singular_values(recon.gauge_point(t)), index_error
 
 
 @eqx.filter_jit
@@ -343,6 +367,26 @@ def _state(recon, g0, momentum, t, spatial):
 def _time(t):
     t = jnp.asarray(t)
     return t if jnp.issubdtype(t.dtype, jnp.inexact) else t.astype(jnp.result_type(float))
+
+
+def _check_curve_arity(curve, params, where, name):
+    """A curve ``(params, t) -> b`` given without ``params``: say to pass ``params=`` (tracing
+    would fail with "missing argument 't'")."""
+    import inspect
+
+    try:
+        sig = inspect.signature(curve)
+    except (TypeError, ValueError):  # builtins, some callables: leave it to tracing
+        return
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ps = list(sig.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in ps):
+        return
+    required = sum(p.kind in kinds and p.default is inspect.Parameter.empty for p in ps)
+    if params is None and required >= 2:
+        raise ValueError(
+            f"{where}: argument '{name}' takes (params, t); pass its parameters with params=..."
+        )
 
 
 def _call_curve(curve, params, t):
@@ -382,6 +426,7 @@ class Reconstruction(eqx.Module):
         if not callable(self.base_curve):
             raise ValueError(f"{where}: argument 'base_curve' must be callable")
         nb = self.system.base_dim
+        _check_curve_arity(self.base_curve, self.params, where, "base_curve")
         t = jax.ShapeDtypeStruct((), jnp.result_type(float))
         sig = "t" if self.params is None else "(params, t)"
         out = _eval_shape_or_raise(
@@ -411,9 +456,29 @@ class Reconstruction(eqx.Module):
                     f"{where}: argument 'gauge' must return a group element of shape "
                     f"{self.system.group.element_shape}, got {getattr(gs, 'shape', gs)}"
                 )
+        if _is_traced(self.params) and _is_concrete_dtype_tree(self.params):
+            # under jit/vmap: out-of-bounds indices do not depend on the values (static indices
+            # into a params array too short): check the curve on zeros of the same shapes
+            zeros = jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), x.dtype), self.params)
+            index_error = _check_indices(self.base_curve, zeros, self.t_check)
+            if index_error.get() is not None:
+                raise ValueError(
+                    f"{where}: argument 'base_curve' indexes out of bounds (is argument 'params' "
+                    f"too short for it?): {index_error.get().strip()}"
+                )
         if not _is_traced(self.params):
             # one compiled evaluation (op-by-op autodiff would dominate the construction time)
-            b, s = _check_values(self)
+            b, s, index_error = _check_values(self)
+            if index_error.get() is not None:
+                raise ValueError(
+                    f"{where}: argument 'base_curve' indexes out of bounds at t={self.t_check}"
+                    + (
+                        " (is argument 'params' too short for it?)"
+                        if self.params is not None
+                        else ""
+                    )
+                    + f": {index_error.get().strip()}"
+                )
             if not bool(jnp.all(jnp.isfinite(b))):
                 raise ValueError(
                     f"{where}: argument 'base_curve' returned non-finite values at t={self.t_check}"

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from ..integrators.simulate import Solution, simulate
 from ..lie.so3 import SO3
-from .core import BaseControlledSystem, Reconstruction
+from .core import BaseControlledSystem, Reconstruction, _check_curve_arity
 from .methods import HorizontalLift, MomentumLGVI
 
 __all__ = ["holonomy", "reconstruct", "so3_phases", "solid_angle"]
@@ -92,6 +92,7 @@ def holonomy(
     points ``section(loop(0))`` and ``section(loop(period))`` differ by more than ``tol``
     (relative), or if the result is not finite.
     """
+    _check_curve_arity(loop, params, "holonomy", "loop")
     recon = Reconstruction(system, loop, params=params, gauge=gauge)
     dtype = jnp.result_type(float)
     T = jnp.asarray(period, dtype)

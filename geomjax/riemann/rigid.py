@@ -34,7 +34,6 @@ acceleration from Newton–Euler, equivalently ``m_i N_i − F_⊥,i`` with the 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
@@ -43,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._warn import warn
 from ..lie._math import as_float, cross
 from ._checks import Checker, check_finite, check_positive, is_traced
 
@@ -266,14 +266,12 @@ class RigidSystem(ParticleSystem):
             )
         C = int(np.sum(sv > tol * scale))
         if C >= 2 and sv[1] < warn_ratio * scale:
-            warnings.warn(
+            warn(
                 f"RigidSystem: the body is nearly collinear (singular values of the centred "
                 f"positions {np.array2string(sv, precision=3)}): its inertia is nearly singular "
                 f"(condition number ~{(scale / sv[1]) ** 2:.1e}), so angular velocities and "
                 "reactions lose that many digits.  Make it exactly collinear, or pass a larger "
                 "'tol' to treat it as collinear (configuration space R³ × S²).",
-                UserWarning,
-                stacklevel=3,
             )
         axis = np.linalg.svd(r)[2][0] if C == 1 else None
         return C, axis

@@ -164,13 +164,14 @@ class AbstractLieGroupSystem(AbstractSystem):
         """Validate shapes, finiteness and group membership of a state (eager or under jit)."""
         g, mu = self.split(state)
         G = self.group
-        g = G.check(g, name=f"{name}.g")
-        mu = check_shape(mu, (G.dim,), f"{name}.mu", type(self).__name__)
-        mu = check_finite(mu, f"{name}.mu", type(self).__name__)
+        g_name, mu_name = _state_field_names(state)  # the user's names (R, Pi for a rigid body)
+        g = G.check(g, name=f"{name}.{g_name}")
+        mu = check_shape(mu, (G.dim,), f"{name}.{mu_name}", type(self).__name__)
+        mu = check_finite(mu, f"{name}.{mu_name}", type(self).__name__)
         if g.shape[: g.ndim - len(G.element_shape)] or mu.shape[:-1]:
             raise ValueError(
                 f"{type(self).__name__}: '{name}' must be a single state (batch with jax.vmap), "
-                f"got g{tuple(g.shape)} and mu{tuple(mu.shape)}"
+                f"got {g_name}{tuple(g.shape)} and {mu_name}{tuple(mu.shape)}"
             )
         return self.make_state(g, mu)
 
@@ -240,3 +241,12 @@ class AbstractLieGroupSystem(AbstractSystem):
         }
         out.update({f"casimir_{k}": v for k, v in self.casimirs(state).items()})
         return out
+
+
+def _state_field_names(state) -> tuple[str, str]:
+    """The names under which ``state`` holds its configuration and momentum, for messages:
+    ``("g", "mu")``, or a state's own first two fields (``RigidBodyState``: ``("R", "Pi")``)."""
+    fields = list(getattr(type(state), "__dataclass_fields__", {}))
+    if ("g" in fields and "mu" in fields) or len(fields) < 2:
+        return "g", "mu"
+    return fields[0], fields[1]

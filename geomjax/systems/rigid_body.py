@@ -6,7 +6,6 @@ objective SE(3) inertia; Lee, Leok & McClamroch (2005) for the SO(3) rigid body 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -15,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._warn import warn
 from ..lie import SE3, SO3, LieGroup
 from ..lie.so3 import _hat3
 from .base import AbstractLieGroupSystem, LieGroupState, check_finite, check_potential, check_spd
@@ -166,13 +166,11 @@ def _warn_triangle(I: np.ndarray) -> None:
     """``UserWarning`` if the principal moments violate ``I_1 + I_2 ≥ I_3`` (sorted)."""
     m = np.sort(np.linalg.eigvalsh(0.5 * (I + I.T)))
     if m[0] + m[1] < m[2] * (1.0 - 1e3 * np.finfo(I.dtype).eps):
-        warnings.warn(
+        warn(
             f"RigidBody: argument 'inertia' has principal moments {np.array2string(m, precision=4)}"
             f" violating the triangle inequality I_1 + I_2 ≥ I_3 ({m[0] + m[1]:.4g} < "
             f"{m[2]:.4g}): no body of non-negative mass density has them.  Pass "
             "generalized=True for a generalized rigid body to silence this warning.",
-            UserWarning,
-            stacklevel=3,
         )
 
 

@@ -230,11 +230,25 @@ class LagrangianSystem(AbstractSystem):
             raise ValueError(f"{where}: argument 'q' must have shape (n,), got {q.shape}")
         if (qdot is None) == (p is None):
             raise ValueError(f"{where}: give exactly one of argument 'qdot' or argument 'p'")
+        if isinstance(self.metric_fn, jax.Array) and q.shape != self.metric_fn.shape[:1]:
+            raise ValueError(
+                f"{where}: argument 'q' must have shape {self.metric_fn.shape[:1]} (the metric is "
+                f"{self.metric_fn.shape[0]}×{self.metric_fn.shape[0]}), got {q.shape}"
+            )
         if p is None:
             qdot = jnp.asarray(qdot, q.dtype)
             if qdot.shape != q.shape:
-                raise ValueError(f"{where}: argument 'qdot' must have shape {q.shape}")
-            p = self.momentum(q, qdot)
+                raise ValueError(
+                    f"{where}: argument 'qdot' must have the shape of argument 'q', {q.shape}, "
+                    f"got {qdot.shape}"
+                )
+            try:
+                p = self.momentum(q, qdot)
+            except (TypeError, ValueError, IndexError) as e:  # q of a length the model rejects
+                raise ValueError(
+                    f"{where}: the system's functions fail on argument 'q' of shape {q.shape} "
+                    f"(is it the right length?): {type(e).__name__}: {e}"
+                ) from e
         p = jnp.asarray(p, q.dtype)
         if p.shape != q.shape:
             raise ValueError(f"{where}: argument 'p' must have shape {q.shape}")

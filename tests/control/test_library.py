@@ -236,6 +236,33 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
         np.testing.assert_allclose(res_r.restart_losses[i], one.loss, rtol=1e-10)
 
 
+def test_second_optimize_call_reuses_the_compiled_step():
+    traces = []
+
+    def f(p):
+        traces.append(1)  # Python side effect: runs once per trace
+        x, c = p
+        return jnp.sum((x - c) ** 2) + 0.1 * jnp.sum(jnp.sin(x))
+
+    x0 = jnp.array([0.5, -1.0, 2.5])
+    for opt in ("adam", "lbfgs"):
+        traces.clear()
+        first = optimize(f, (x0, 2.0), opt, steps=15, progress=False)
+        n_first = len(traces)
+        second = optimize(f, (x0 + 0.0, 2.0), opt, steps=15, progress=False)
+        assert n_first >= 1 and len(traces) == n_first  # no retrace, so no recompilation
+        # the cached program computes what the first call computed (same iterates)
+        np.testing.assert_array_equal(second.history["loss"], first.history["loss"])
+        np.testing.assert_array_equal(second.params[0], first.params[0])
+    # the fixed part of the parameters is part of the cache key: another constant, another
+    # program; the minimizer of sum (x - c)^2 + 0.1 sum sin x solves 2 (x - c) + 0.1 cos x = 0
+    traces.clear()
+    res = optimize(f, (x0, 3.0), "lbfgs", steps=30, progress=False)
+    assert len(traces) >= 1
+    x = np.asarray(res.params[0])
+    np.testing.assert_allclose(2 * (x - 3.0) + 0.1 * np.cos(x), 0.0, atol=1e-8)
+
+
 def test_group_parameter_stays_on_group_and_reaches_target():
     target = SO3.from_axis_angle(jnp.array([0.0, 0.6, 0.8]), 2.0)
     res = optimize(

@@ -380,9 +380,9 @@ def test_bad_inputs_raise_clear_errors():
         gj.RigidBody(I123, potential=lambda R, x: 0.0)
     with pytest.raises(ValueError, match="'potential'.*scalar"):
         gj.RigidBody(I123, potential=lambda R: R[0])
-    with pytest.raises(ValueError, match=r"'state0\.g'"):
+    with pytest.raises(ValueError, match=r"'state0\.R'"):
         gj.simulate(RB, gj.LGVI(), gj.RigidBodyState(R0 * 1.01, PI0), 0.01, 10)
-    with pytest.raises(ValueError, match=r"'state0\.mu'"):
+    with pytest.raises(ValueError, match=r"'state0\.Pi'"):
         gj.simulate(RB, gj.LGVI(), gj.RigidBodyState(R0, PI0.at[0].set(jnp.nan)), 0.01, 10)
     with pytest.raises(ValueError, match="'save_every'"):
         gj.simulate(RB, gj.LGVI(), S0, 0.01, 10, save_every=3)

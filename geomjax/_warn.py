@@ -1,0 +1,41 @@
+"""Warnings that point at the user's line.
+
+A warning raised while an ``equinox.Module`` is built (``RigidBody(...)``) sits under equinox's
+``__init__`` machinery, and one raised under a transformation under jax's: a fixed
+``stacklevel`` points into those libraries.  :func:`warn` counts the frames of geomjax, equinox,
+jax and the standard library's class machinery above it and attributes the warning to the first
+frame outside them, i.e. the caller's line."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import equinox
+import jax
+
+_INTERNAL = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+    for m in (sys.modules[__name__.rpartition(".")[0]], equinox, jax)
+)
+
+
+def _internal(filename: str) -> bool:
+    return filename.startswith("<frozen ") or os.path.abspath(filename).startswith(_INTERNAL)
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn(message, category)`` attributed to the first frame outside geomjax,
+    equinox and jax (the user's call)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and _internal(frame.f_code.co_filename):
+        frame = frame.f_back
+        # warnings.warn does not count importlib's frames (an import-time warning)
+        if frame is not None and not _importlib(frame.f_code.co_filename):
+            level += 1
+    warnings.warn(message, category, stacklevel=level + 1 if frame is not None else 2)
+
+
+def _importlib(filename: str) -> bool:
+    return "importlib" in filename and "_bootstrap" in filename
