@@ -195,7 +195,8 @@ def gradient_case(steps, save, rows):
     # nest, where XLA:CPU contracts other multiply-adds into FMAs (see restart_case): the
     # linearization points and the backward steps are rounded differently.  (With XLA's default
     # loop setting, GEOMJAX_XLA_FLAGS=0, every fused kernel is compiled on its own and the two
-    # gradients were bitwise equal at 2e3 and 2e4 steps, measured; geomjax's setting made them differ.)
+    # gradients were bitwise equal at 2e3 and 2e4 steps, measured; geomjax's setting made them
+    # differ.)
     # Estimate: a relative difference of ~c eps per step (c roundings, ROUNDOFF) that the
     # adjoint carries over the n steps as a random walk (sqrt(n)), sheared linearly in time by
     # the integrable free body (factor ~ omega n h): ROUNDOFF eps omega h n^(3/2).  Measured
