@@ -19,7 +19,7 @@ import geomjax as gj
 from geomjax.reconstruction import HorizontalLift, MomentumLGVI, ReconstructionRKMK4
 from geomjax.systems import HeavyTop
 
-from .helpers import gyrostat_reconstruction
+from .helpers import gyrostat_reconstruction, se3_body
 
 I = jnp.array([0.9, 1.0, 0.4])
 S0 = gj.RigidBodyState(gj.SO3.exp(jnp.array([0.4, 1.0, -0.3])), jnp.array([0.2, -0.4, 3.0]))
@@ -30,14 +30,8 @@ def _rigid(method, dt=0.01, potential=None):
 
 
 def _se3():
-    body = gj.RigidBodySE3(
-        mass=2.0,
-        inertia=jnp.diag(jnp.array([1.0, 2.0, 3.0])),
-        com=jnp.array([0.1, 0.0, -0.2]),
-        potential=lambda g: 9.81 * 2.0 * g[2, 3],
-    )
-    g0 = gj.SE3.exp(jnp.array([0.1, 0.2, -0.3, 0.5, 0.1, 0.0]))
-    return body, gj.LGVI(), body.make_state(g0, jnp.array([0.3, -0.5, 1.0, 0.2, 0.1, -0.4])), 0.02
+    body, s0 = se3_body()
+    return body, gj.LGVI(), s0, 0.02
 
 
 def _sleigh(method):
