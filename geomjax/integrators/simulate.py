@@ -449,8 +449,12 @@ def _integrate(system, method, state0, dt, t0, blocks, feedback, *, n_save, save
     def steps_of_chunk(carry, us):
         return jax.lax.scan(one_step, carry, us, length=chunk)[0], None
 
+    reinit = method.carry_beyond_state()
+
     def block(carry, us):
         inner, t = carry
+        if reinit:  # the carry from the saved state alone, in the loop (restarts are bitwise)
+            inner = method.init(system, method.finalize(system, inner), t)
         carry = (inner, t, jnp.zeros((), dtype))
         if chunk > 1:  # controls: scan over small chunks of steps (see _control_chunk)
             us = jax.tree_util.tree_map(
