@@ -229,7 +229,13 @@ def restart_case(steps, rows):
     body LGVI, 2e3 steps): a 1-block half differs from the 2-block run by 2.4e-15; with
     ``XLA_FLAGS=--xla_cpu_max_isa=AVX`` (no FMA instructions) every split tried (``save_every``
     1, 10, 1000; one or two blocks) is bitwise; with ``GEOMJAX_XLA_FLAGS=0`` (a kernel per
-    fusion) too.  Neither is geomjax's default: both cost speed."""
+    fusion) too.  Neither is geomjax's default: both cost speed.
+
+    The sleigh needed one more thing: NonholonomicVI carries a Newton seed (the acceleration)
+    from step to step, and the seed recomputed from the loaded state differed from the carried
+    one in the last bit (continued at step 5e4 of 1e5: 9.2e-143 at the end, measured);
+    ``simulate`` now rebuilds such a carry from the state at every saved block, in the loop
+    (``AbstractMethod.carry_beyond_state``)."""
     half = steps // 2
     save = steps // 10  # 10 blocks uninterrupted, 5 in each part
     rb = gj.RigidBody(jnp.array([0.9, 1.0, 0.4]))
