@@ -12,9 +12,12 @@ can meet while the time loop around it never does.
 At ``import geomjax`` we set that threshold to 16 MiB through ``XLA_FLAGS`` (see
 :data:`XLA_FLAG`): the same operations, far fewer dispatches.  Results agree to round-off, not
 bitwise (LLVM compiles one kernel instead of several: 5e-15 after 300 steps of the ball on a
-turntable; the test suite runs with the flag).  Measured with ``benchmarks/bench_xla_loops.py``
-(2-core x86-64 CPU, float64, ns per body-step, XLA's default → 16 MiB, two child processes
-alternated):
+turntable; the test suite runs with the flag).  For the same reason a continued run equals
+the uninterrupted one bitwise only when both are compiled with the same loop nest (the same
+``save_every`` and at least two saved blocks each, see :func:`geomjax.simulate`): XLA:CPU lets
+LLVM contract multiply-adds into FMAs wherever it finds them in one kernel.  Measured with
+``benchmarks/bench_xla_loops.py`` (2-core x86-64 CPU, float64, ns per body-step, XLA's default
+→ 16 MiB, two child processes alternated):
 
 * ``NonholonomicVI``, Chaplygin sleigh: batch 1: 430 → 134; batch 1024: 83 → 51;
 * ``NonholonomicVI``, ball on a turntable: batch 1: 5340 → 464; batch 1024: 573 → 368;

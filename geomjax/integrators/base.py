@@ -63,6 +63,15 @@ class AbstractMethod(eqx.Module):
         """One step on the internal carry: ``(carry, StepStats)``."""
         return self.step(system, carry, dt, control, t)
 
+    def carry_beyond_state(self) -> bool:
+        """Whether the internal carry holds more than a layout of the state (e.g. the Newton seed
+        of :class:`geomjax.NonholonomicVI`).  :func:`geomjax.simulate` then rebuilds it from the
+        state (``init(finalize(carry))``) at the start of every saved block, inside its compiled
+        loop, so that a run continued from a saved state starts each block from the same bits
+        as the uninterrupted run (a seed carried from the previous step and one recomputed from
+        the state can differ in the last bit)."""
+        return False
+
     def forward_solutions(self, system, reverse_solutions, carry):
         """The solutions of the implicit solves of ``Φ_h`` from ``x_k``, given those of the
         reverse step ``x_k = Φ_{−h}(x_{k+1})`` (``reverse_solutions``, in the order its

@@ -233,6 +233,9 @@ class Composition(AbstractMethod):
     def finalize(self, system, carry):
         return self.method.finalize(system, carry)
 
+    def carry_beyond_state(self) -> bool:
+        return self.method.carry_beyond_state()
+
     def step(self, system, state, dt, control=None, t=0.0):
         carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
         return self.finalize(system, carry), stats

@@ -412,6 +412,9 @@ class NonholonomicVI(AbstractMethod):
     def finalize(self, system, carry):
         return carry[0]
 
+    def carry_beyond_state(self) -> bool:
+        return True  # the acceleration seed
+
     def advance(self, system, carry, dt, control=None, t=0.0):
         state, vdot = carry
         new, vdot1, res, _ = self._solve_step(system, state, vdot, dt, control, t)

@@ -353,7 +353,14 @@ def simulate(
 
     Everything runs in ``jax.lax.scan``: works under ``jit``, ``vmap`` and ``grad``.  A run
     continued from ``sol.final_state`` with ``t0=sol.ts[-1]`` reproduces an uninterrupted run
-    bitwise (time is accumulated in the carry, the implicit solves start from the state alone).
+    bitwise (time is accumulated in the carry, the implicit solves start from the state alone:
+    a carry holding more, NonholonomicVI's Newton seed, is rebuilt from the state at every saved
+    block, ``AbstractMethod.carry_beyond_state``) when both use the same ``save_every`` and
+    save at least two blocks each: the run's loops are compiled into one kernel
+    (:mod:`geomjax._xla`) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
+    to the loops around the step, and XLA removes the loop over blocks of a one-block run (the
+    loop over steps when ``save_every=1``), so runs compiled with another loop nest agree to
+    round-off only.
     """
     args = dict(locals())  # every argument, forwarded by the eager on_failure="raise" path
     if not isinstance(method, AbstractMethod):
@@ -472,8 +479,12 @@ def _integrate(system, method, state0, dt, t0, blocks, feedback, *, n_save, save
     def steps_of_chunk(carry, us):
         return jax.lax.scan(one_step, carry, us, length=chunk)[0], None
 
+    reinit = method.carry_beyond_state()
+
     def block(carry, us):
         inner, t = carry
+        if reinit:  # the carry from the saved state alone, in the loop (restarts are bitwise)
+            inner = method.init(system, method.finalize(system, inner), t)
         carry = (inner, t, jnp.zeros((), dtype))
         if chunk > 1:  # controls: scan over small chunks of steps (see _control_chunk)
             us = jax.tree_util.tree_map(

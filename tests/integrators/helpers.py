@@ -50,3 +50,18 @@ def gyrostat_reconstruction():
         gj.SO3.exp(jnp.array([0.2, -0.1, 0.3])), jnp.array([0.4, -0.7, 1.1]), spatial=True
     )
     return rec, s0
+
+
+def se3_body():
+    """A rigid body in SE(3) with its centre of mass off the origin and gravity, and a state:
+    ``(RigidBodySE3, state0)`` (shared by the scalarization and restart tests)."""
+    import geomjax as gj
+
+    body = gj.RigidBodySE3(
+        mass=2.0,
+        inertia=jnp.diag(jnp.array([1.0, 2.0, 3.0])),
+        com=jnp.array([0.1, 0.0, -0.2]),
+        potential=lambda g: 9.81 * 2.0 * g[2, 3],
+    )
+    g0 = gj.SE3.exp(jnp.array([0.1, 0.2, -0.3, 0.5, 0.1, 0.0]))
+    return body, body.make_state(g0, jnp.array([0.3, -0.5, 1.0, 0.2, 0.1, -0.4]))

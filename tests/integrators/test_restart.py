@@ -19,7 +19,7 @@ import geomjax as gj
 from geomjax.reconstruction import HorizontalLift, MomentumLGVI, ReconstructionRKMK4
 from geomjax.systems import HeavyTop
 
-from .helpers import gyrostat_reconstruction
+from .helpers import gyrostat_reconstruction, se3_body
 
 I = jnp.array([0.9, 1.0, 0.4])
 S0 = gj.RigidBodyState(gj.SO3.exp(jnp.array([0.4, 1.0, -0.3])), jnp.array([0.2, -0.4, 3.0]))
@@ -30,14 +30,8 @@ def _rigid(method, dt=0.01, potential=None):
 
 
 def _se3():
-    body = gj.RigidBodySE3(
-        mass=2.0,
-        inertia=jnp.diag(jnp.array([1.0, 2.0, 3.0])),
-        com=jnp.array([0.1, 0.0, -0.2]),
-        potential=lambda g: 9.81 * 2.0 * g[2, 3],
-    )
-    g0 = gj.SE3.exp(jnp.array([0.1, 0.2, -0.3, 0.5, 0.1, 0.0]))
-    return body, gj.LGVI(), body.make_state(g0, jnp.array([0.3, -0.5, 1.0, 0.2, 0.1, -0.4])), 0.02
+    body, s0 = se3_body()
+    return body, gj.LGVI(), s0, 0.02
 
 
 def _sleigh(method):
@@ -154,17 +148,23 @@ def test_continued_run_with_save_every_1_and_controls():
 
 def test_save_load_continue_is_bitwise(tmp_path):
     """Through ``.npz``: the loaded state and the system rebuilt from the file continue the run
-    bitwise (the soak does this over 1e5 steps)."""
+    bitwise.  The sleigh over 1e5 steps, restarted at step 5e4 (the soak's case): there the Newton
+    seed carried by NonholonomicVI and the one recomputed from the saved state differed in the
+    last bit (a 9e-143 difference at the end before ``carry_beyond_state``)."""
     sleigh, method, s0, dt = CASES["NonholonomicVI sleigh"]()
-    full = gj.simulate(sleigh, method, s0, dt, 40, save_every=4)
-    first = gj.simulate(sleigh, method, s0, dt, 20, save_every=4)
+    n, save = 100_000, 10_000
+    full = gj.simulate(sleigh, method, s0, dt, n, save_every=save)
+    first = gj.simulate(sleigh, method, s0, dt, n // 2, save_every=save)
     loaded, system, _ = gj.load_solution(
         first.save(tmp_path / "run.npz", system=sleigh), s0, system=sleigh
     )
-    cont = gj.simulate(system, method, loaded.final_state, dt, 20, save_every=4, t0=loaded.ts[-1])
+    cont = gj.simulate(
+        system, method, loaded.final_state, dt, n // 2, save_every=save, t0=loaded.ts[-1]
+    )
+    k = len(cont.ts)
     for x, y in zip(
-        jax.tree_util.tree_leaves((full.ts[5:], full.states)),
+        jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a: a[-k:], (full.ts, full.states))),
         jax.tree_util.tree_leaves((cont.ts, cont.states)),
         strict=True,
     ):
-        np.testing.assert_array_equal(np.asarray(y), np.asarray(x)[-len(cont.ts) :])
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(x))

@@ -11,7 +11,7 @@ from variational.helpers import double_pendulum, double_spherical
 import geomjax as gj
 from geomjax.reconstruction import MomentumLGVI
 
-from .helpers import gyrostat_reconstruction
+from .helpers import gyrostat_reconstruction, se3_body
 
 
 def _agree(a, b, rtol=1e-12, atol=1e-12):
@@ -24,14 +24,8 @@ def _both(make, run):
 
 
 def test_generic_group_lgvi_se3_with_potential_and_gradients():
-    body = gj.RigidBodySE3(
-        mass=2.0,
-        inertia=jnp.diag(jnp.array([1.0, 2.0, 3.0])),
-        com=jnp.array([0.1, 0.0, -0.2]),
-        potential=lambda g: 9.81 * 2.0 * g[2, 3],
-    )
-    g0 = gj.SE3.exp(jnp.array([0.1, 0.2, -0.3, 0.5, 0.1, 0.0]))
-    s0 = body.make_state(g0, jnp.array([0.3, -0.5, 1.0, 0.2, 0.1, -0.4]))
+    body, s0 = se3_body()
+    g0 = s0.g
     a, b = _both(lambda sc: gj.LGVI(scalarize=sc), lambda m: gj.simulate(body, m, s0, 0.02, 100))
     assert float(b.max_residual) < 1e-13
     _agree(a.final_state, b.final_state)
