@@ -21,6 +21,7 @@ __all__ = [
     "forward_jacobian",
     "is_degenerate",
     "pivot_ratio",
+    "pivot_ratio_numpy",
     "saddle_solve_schur",
     "signed_pivot_ratios",
     "small_solve",
@@ -82,6 +83,20 @@ def pivot_ratio(G):
     # NaN anywhere (failed factorization, zero diagonal) makes rho NaN: jnp.min propagates NaN
     rho = jnp.min(jnp.where(jnp.isfinite(ratio), ratio, jnp.nan), axis=-1)
     return rho, L
+
+
+def pivot_ratio_numpy(G) -> float:
+    """:func:`pivot_ratio`'s ``rho`` of one concrete matrix, in NumPy (LAPACK's Cholesky, as
+    XLA:CPU's): the eager checks compile nothing.  NaN where Cholesky fails."""
+    G = np.asarray(G)
+    try:
+        L = np.linalg.cholesky(G)
+    except np.linalg.LinAlgError:
+        return float("nan")
+    d, Gd = np.diagonal(L), np.diagonal(G)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = d * d / Gd
+    return float(np.min(np.where(np.isfinite(ratio), ratio, np.nan)))
 
 
 def is_degenerate(G, rho=None):

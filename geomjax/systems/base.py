@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._linalg import describe_degeneracy, is_degenerate
+from .._linalg import degeneracy_tol, describe_degeneracy, is_degenerate, pivot_ratio_numpy
 from ..lie.base import LieGroup, check_shape
 
 __all__ = [
@@ -34,6 +34,8 @@ def _is_traced(x) -> bool:
 
 def check_finite(x, name: str, where: str):
     """Raise ``ValueError`` (eager) / ``EquinoxRuntimeError`` (jit) if ``x`` has NaN or inf."""
+    if not _is_traced(x) and not isinstance(x, jax.Array):
+        x = jax.device_put(np.asarray(x))  # jnp.asarray would compile a conversion per shape
     x = jnp.asarray(x)
     msg = f"{where}: argument '{name}' must be finite (found NaN or inf)"
     if _is_traced(x):
@@ -52,14 +54,24 @@ def check_spd(M, name: str, where: str, n: int | None = None):
     scale invariant: an inertia × 1e-12 is as good as the inertia).  Traced (e.g. when a system is built inside a jitted loss): the
     same conditions compiled with :func:`equinox.error_if`.
     """
+    if not _is_traced(M):  # concrete: in NumPy, compiling nothing (first call of a process)
+        A = np.asarray(M)
+        if not np.issubdtype(A.dtype, np.inexact):
+            A = A.astype(jnp.result_type(float))
+        _check_square(A, name, where, n)
+        with np.errstate(invalid="ignore"):
+            asym = np.max(np.abs(A - A.T)) > 1e-10 * np.max(np.abs(A))
+            finite = bool(np.all(np.isfinite(A)))
+            rho = pivot_ratio_numpy(0.5 * (A + A.T)) if finite else float("nan")
+        if asym or not finite or not rho > degeneracy_tol(A.shape[-1], A.dtype):
+            msg = f"{where}: argument '{name}' must be symmetric positive definite and finite"
+            what = describe_degeneracy(0.5 * (A + A.T))
+            raise ValueError(f"{msg}; {what}; asymmetry {float(np.max(np.abs(A - A.T))):.2e}")
+        return jax.device_put(A)  # (jnp.asarray would compile a conversion per shape)
     M = jnp.asarray(M)
     if not jnp.issubdtype(M.dtype, jnp.inexact):
         M = M.astype(jnp.result_type(float))
-    if M.ndim != 2 or M.shape[0] != M.shape[1] or (n is not None and M.shape[0] != n):
-        want = f"({n}, {n})" if n is not None else "(n, n)"
-        raise ValueError(
-            f"{where}: argument '{name}' must be a {want} SPD matrix, got shape {M.shape}"
-        )
+    _check_square(M, name, where, n)
     scale = jnp.max(jnp.abs(M))
     asym = jnp.max(jnp.abs(M - M.T)) > 1e-10 * scale
     not_pd = is_degenerate(0.5 * (M + M.T))
@@ -71,6 +83,14 @@ def check_spd(M, name: str, where: str, n: int | None = None):
         what = describe_degeneracy(0.5 * (M + M.T))
         raise ValueError(f"{msg}; {what}; asymmetry {float(jnp.max(jnp.abs(M - M.T))):.2e}")
     return M
+
+
+def _check_square(M, name, where, n):
+    if M.ndim != 2 or M.shape[0] != M.shape[1] or (n is not None and M.shape[0] != n):
+        want = f"({n}, {n})" if n is not None else "(n, n)"
+        raise ValueError(
+            f"{where}: argument '{name}' must be a {want} SPD matrix, got shape {M.shape}"
+        )
 
 
 def check_potential(potential, example, name: str, where: str):

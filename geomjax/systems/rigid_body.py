@@ -60,9 +60,9 @@ class EulerPoincareSystem(AbstractLieGroupSystem):
             raise ValueError(f"{where}: argument 'group' must be a geomjax LieGroup, got {group!r}")
         self._group = group
         self.inertia = check_spd(inertia, "inertia", where, group.dim)
-        self.potential = check_potential(
-            potential, group.identity(dtype=self.inertia.dtype), "potential", where
-        )
+        # traced, not run: the shape of the identity is enough (nothing compiled)
+        example = jax.ShapeDtypeStruct(tuple(group.element_shape), self.inertia.dtype)
+        self.potential = check_potential(potential, example, "potential", where)
         if force is not None and not callable(force):
             raise ValueError(
                 f"{where}: argument 'force' must be callable (t, g, mu) -> (dim,), got {type(force)}"
@@ -103,7 +103,7 @@ class RigidBodyState(eqx.Module):
 
 
 def _inertia3(inertia, where):
-    I = jnp.asarray(inertia)
+    I = jnp.asarray(inertia) if isinstance(inertia, jax.core.Tracer) else np.asarray(inertia)
     if not jnp.issubdtype(I.dtype, jnp.inexact):
         I = I.astype(jnp.result_type(float))
     if I.shape == (3,):
@@ -112,7 +112,7 @@ def _inertia3(inertia, where):
             raise ValueError(
                 f"{where}: argument 'inertia' (principal moments) must be positive, got {I}"
             )
-        I = jnp.diag(I)
+        I = np.diag(np.asarray(I)) if not isinstance(I, jax.core.Tracer) else jnp.diag(I)
     elif I.shape != (3, 3):
         raise ValueError(
             f"{where}: argument 'inertia' must be principal moments (3,) or an SPD (3, 3) matrix, got shape {I.shape}"

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._linalg import small_solve
 from ..systems.base import AbstractSystem, check_finite
@@ -55,6 +56,13 @@ class VariationalState(eqx.Module):
 
 def _solve(A, b):
     return small_solve(A, b) if A.shape[0] <= 8 else jnp.linalg.solve(A, b)
+
+
+@eqx.filter_jit
+def _momentum(system, q, qdot):
+    """``system.momentum`` compiled as one program (eagerly: not one per primitive; under a
+    transformation it is inlined)."""
+    return system.momentum(q, qdot)
 
 
 class LagrangianSystem(AbstractSystem):
@@ -243,7 +251,7 @@ class LagrangianSystem(AbstractSystem):
                     f"got {qdot.shape}"
                 )
             try:
-                p = self.momentum(q, qdot)
+                p = _momentum(self, q, qdot)
             except (TypeError, ValueError, IndexError) as e:  # q of a length the model rejects
                 raise ValueError(
                     f"{where}: the system's functions fail on argument 'q' of shape {q.shape} "
@@ -252,7 +260,7 @@ class LagrangianSystem(AbstractSystem):
         p = jnp.asarray(p, q.dtype)
         if p.shape != q.shape:
             raise ValueError(f"{where}: argument 'p' must have shape {q.shape}")
-        return VariationalState(q, p, jnp.zeros((0,), q.dtype))
+        return VariationalState(q, p, jax.device_put(np.zeros((0,), q.dtype)))
 
     def check_state(self, state, name: str = "state0"):
         """Validate the type, shapes and finiteness of a state (``ValueError`` naming the field)."""

@@ -1,0 +1,64 @@
+"""Eager group operations compile one program per method and shape (not one per primitive), and
+give what the same function gives under ``jit``; under a transformation they trace as before."""
+
+import jax
+import jax.monitoring
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from geomjax.lie import SE3, SO3, Rn
+from geomjax.lie.base import EAGER_JIT_METHODS
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def _count_compiles(fn):
+    events = []
+
+    def listener(name, duration, **kwargs):
+        if name == _COMPILE_EVENT:
+            events.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        out = jax.block_until_ready(fn())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    return out, len(events)
+
+
+@pytest.mark.parametrize(
+    "group, method, n_args", [(SO3, "exp", 1), (SE3, "log", 1), (SO3, "compose", 2)]
+)
+def test_first_eager_call_compiles_one_program(group, method, n_args):
+    # a batch shape no other test uses: op by op, each primitive would compile for it (~30)
+    rng = np.random.default_rng(0)
+    xi = rng.normal(size=(13, group.dim))
+    args = [xi] if method == "exp" else [np.asarray(group.exp(x)) for x in (xi, 0.5 * xi)]
+    args = args[:n_args]
+    out, n = _count_compiles(lambda: getattr(group, method)(*args))
+    assert n == 1, n
+    # the same numbers as the function traced into a caller's jit (same program, so to round-off;
+    # observed bitwise)
+    ref = jax.jit(lambda *a: getattr(group, method)(*a) + 0.0)(*args)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)
+    _, again = _count_compiles(lambda: getattr(group, method)(*args))
+    assert again == 0
+
+
+def test_traced_calls_are_unchanged_and_errors_name_the_argument():
+    # under a transformation the method is traced inline: no extra nested program in the jaxpr
+    jaxpr = jax.make_jaxpr(SO3.exp)(jnp.ones(3))
+    assert not any(e.params.get("name") == "exp" for e in jaxpr.eqns)
+    g = jax.grad(lambda w: SO3.exp(w)[0, 1])(jnp.array([0.1, 0.2, 0.3]))
+    eps = 1e-6
+    e1 = jnp.array([eps, 0.0, 0.0])
+    w = jnp.array([0.1, 0.2, 0.3])
+    fd = (SO3.exp(w + e1)[0, 1] - SO3.exp(w - e1)[0, 1]) / (2 * eps)
+    np.testing.assert_allclose(g[0], fd, rtol=1e-8)  # central differences, error O(eps²)
+    with pytest.raises(ValueError, match="SO3.exp: argument 'xi' must have shape"):
+        SO3.exp(jnp.ones(4))
+    # parametrized groups are static arguments of the compiled method
+    np.testing.assert_array_equal(Rn(4).exp(np.arange(4.0)), np.arange(4.0))
+    assert {"exp", "log", "compose", "coad"} <= EAGER_JIT_METHODS
