@@ -28,6 +28,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ..integrators.base import AbstractMethod, StepStats
 from ..integrators.lgvi import LGVI
 from ..integrators.simulate import simulate
 from ..lie import SE3, SO3
