@@ -695,9 +695,11 @@ class Impacts(_VariationalMethod):
         padded = jnp.shape(state.lam) == (m,)
         inner = self.method.check_initial(system, VariationalState(state.q, state.p, state.lam[:m]))
         f0 = _contacts(self.surface, inner.q)
+        # on the surface up to rounding counts as admissible
+        tol = 1e3 * float(jnp.finfo(inner.q.dtype).eps) * self._scale(inner.q)
         q = _check(
             inner.q,
-            ~jnp.all(f0 >= 0),
+            ~jnp.all(f0 >= -tol),
             "Impacts: argument 'state0.q' is behind the impact surface (f(q) < 0 for argument "
             "'surface'); the admissible set is f(q) >= 0",
         )
@@ -753,10 +755,16 @@ class Impacts(_VariationalMethod):
         )
         v1, Lam_b = z[:n], z[n:]
         p1 = p_tilde + C1.T @ Lam_b
-        pscale = jnp.maximum(_max_abs(p0), _max_abs(p1)) + tiny
-        gscale = _max_abs(C1) * (_max_abs(v) + _max_abs(v1)) + tiny
+        # momenta and constraint impulses set the scale (a body at rest has p = 0)
+        pscale = jnp.maximum(
+            jnp.maximum(_max_abs(p0), _max_abs(p1)),
+            jnp.maximum(_max_abs(C0.T @ Lam_a), _max_abs(C1.T @ Lam_b)),
+        )
+        # constraint rows: velocities, or positions over h (g(q_{k+1})/h at rest)
+        gscale = _max_abs(C1) * (_max_abs(v) + _max_abs(v1) + jnp.maximum(_max_abs(q1), 1) / h)
+        gscale = gscale + tiny
         res = jnp.maximum(
-            jnp.maximum(_max_abs(r1[:n]), _max_abs(r2[:n])) / pscale,
+            jnp.maximum(_max_abs(r1[:n]), _max_abs(r2[:n])) / (pscale + tiny),
             jnp.maximum(_max_abs(r1[n:]), _max_abs(r2[n:])) / gscale,
         )
         lam = (Lam_a + Lam_b) / h
@@ -867,7 +875,7 @@ class Impacts(_VariationalMethod):
             r = resid(z)
             Lam = z[n:]
             res = jnp.maximum(
-                _max_abs(r[:n]) / (_max_abs(pm) + tiny),
+                _max_abs(r[:n]) / (jnp.maximum(_max_abs(pm), _max_abs(Cm.T @ Lam)) + tiny),
                 _max_abs(r[n:]) / (_max_abs(C) * _max_abs(vm) + tiny),
             )
             return pm + Cm.T @ Lam, Lam, res
