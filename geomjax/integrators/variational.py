@@ -60,6 +60,12 @@ holonomic constraints (inner RATTLE) the jump also keeps ``G(q) q̇⁺ = 0`` (im
 ``df ᵀΛ + Gᵀ Λ_g``).  The root location is differentiable by the implicit function theorem
 (``ds/dθ = −∂φ/∂θ / φ'``) away from grazing contacts (``φ' → 0``).
 
+**Accumulation and resting contact** (:class:`Impacts`): an impact whose outgoing flight
+``2 v⁺/|a_n|`` would be shorter than one step (``a_n`` the normal acceleration of the free
+motion) is plastic and turns the contact into a constraint ``f_i(q) = 0`` of RATTLE's position
+and velocity steps with multiplier ``λ_i ≥ 0``; it is released when its impulse would be
+negative.  Several contacts (``f`` with values ``(nc,)``) take the simultaneous Newton law.
+
 **Higher order**: both DEL and RATTLE are symmetric (``symmetric = True``, with forces too), so
 :class:`~geomjax.Composition` composes them (e.g. ``Composition(DiscreteEulerLagrange(),
 "yoshida4")``, Yoshida's or Suzuki's coefficients, or the sixth-order schemes) into a
