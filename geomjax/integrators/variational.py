@@ -583,8 +583,10 @@ class Impacts(_VariationalMethod):
     contact multipliers ``λ_i`` (``> 0`` exactly while contact ``i`` rests; 0 in flight).
     Build states with :meth:`make_state` (or let :func:`geomjax.simulate` pad ``lam``; a state
     resting on a surface gets its ``λ``).  :meth:`solve_step` also returns the impact time,
-    impulses and the active contacts.  Steps without an impact or contact cost one inner step
-    (``lax.cond``); under ``jax.vmap`` both branches run.
+    impulses and the active contacts.  Steps without an impact or contact do one inner step,
+    but the phase loop's control flow dominates their cost on XLA:CPU (measured, ball, dt 1e-4,
+    float64, 2-core CPU under load: the contact step alone 0.1 µs, a whole ``solve_step``
+    13 µs; the method without resting contact took ~1 µs); under ``jax.vmap`` every branch runs.
     """
 
     surface: Callable
