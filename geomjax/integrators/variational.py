@@ -60,6 +60,12 @@ holonomic constraints (inner RATTLE) the jump also keeps ``G(q) q̇⁺ = 0`` (im
 ``df ᵀΛ + Gᵀ Λ_g``).  The root location is differentiable by the implicit function theorem
 (``ds/dθ = −∂φ/∂θ / φ'``) away from grazing contacts (``φ' → 0``).
 
+**Accumulation and resting contact** (:class:`Impacts`): an impact whose outgoing flight
+``2 v⁺/|a_n|`` would be shorter than one step (``a_n`` the normal acceleration of the free
+motion) is plastic and turns the contact into a constraint ``f_i(q) = 0`` of RATTLE's position
+and velocity steps with multiplier ``λ_i ≥ 0``; it is released when its impulse would be
+negative.  Several contacts (``f`` with values ``(nc,)``) take the simultaneous Newton law.
+
 **Higher order**: both DEL and RATTLE are symmetric (``symmetric = True``, with forces too), so
 :class:`~geomjax.Composition` composes them (e.g. ``Composition(DiscreteEulerLagrange(),
 "yoshida4")``, Yoshida's or Suzuki's coefficients, or the sixth-order schemes) into a
@@ -577,8 +583,11 @@ class Impacts(_VariationalMethod):
     contact multipliers ``λ_i`` (``> 0`` exactly while contact ``i`` rests; 0 in flight).
     Build states with :meth:`make_state` (or let :func:`geomjax.simulate` pad ``lam``; a state
     resting on a surface gets its ``λ``).  :meth:`solve_step` also returns the impact time,
-    impulses and the active contacts.  Steps without an impact or contact cost one inner step
-    (``lax.cond``); under ``jax.vmap`` both branches run.
+    impulses and the active contacts.  A step without crossing or release is one trial step
+    and skips the phase loop (``lax.cond``), whose control flow dominates the cost on XLA:CPU
+    (measured, ball in flight, dt 1e-4, float64, 2-core CPU under load, per ``solve_step``:
+    13.4 µs through the phase loop, 4.4 µs with the skip, 0.1 µs for the step itself; the
+    method before resting contact ~1 µs); under ``jax.vmap`` every branch runs.
     """
 
     surface: Callable
@@ -695,9 +704,11 @@ class Impacts(_VariationalMethod):
         padded = jnp.shape(state.lam) == (m,)
         inner = self.method.check_initial(system, VariationalState(state.q, state.p, state.lam[:m]))
         f0 = _contacts(self.surface, inner.q)
+        # on the surface up to rounding counts as admissible
+        tol = 1e3 * float(jnp.finfo(inner.q.dtype).eps) * self._scale(inner.q)
         q = _check(
             inner.q,
-            ~jnp.all(f0 >= 0),
+            ~jnp.all(f0 >= -tol),
             "Impacts: argument 'state0.q' is behind the impact surface (f(q) < 0 for argument "
             "'surface'); the admissible set is f(q) >= 0",
         )
@@ -753,10 +764,16 @@ class Impacts(_VariationalMethod):
         )
         v1, Lam_b = z[:n], z[n:]
         p1 = p_tilde + C1.T @ Lam_b
-        pscale = jnp.maximum(_max_abs(p0), _max_abs(p1)) + tiny
-        gscale = _max_abs(C1) * (_max_abs(v) + _max_abs(v1)) + tiny
+        # momenta and constraint impulses set the scale (a body at rest has p = 0)
+        pscale = jnp.maximum(
+            jnp.maximum(_max_abs(p0), _max_abs(p1)),
+            jnp.maximum(_max_abs(C0.T @ Lam_a), _max_abs(C1.T @ Lam_b)),
+        )
+        # constraint rows: velocities, or positions over h (g(q_{k+1})/h at rest)
+        gscale = _max_abs(C1) * (_max_abs(v) + _max_abs(v1) + jnp.maximum(_max_abs(q1), 1) / h)
+        gscale = gscale + tiny
         res = jnp.maximum(
-            jnp.maximum(_max_abs(r1[:n]), _max_abs(r2[:n])) / pscale,
+            jnp.maximum(_max_abs(r1[:n]), _max_abs(r2[:n])) / (pscale + tiny),
             jnp.maximum(_max_abs(r1[n:]), _max_abs(r2[n:])) / gscale,
         )
         lam = (Lam_a + Lam_b) / h
@@ -867,7 +884,7 @@ class Impacts(_VariationalMethod):
             r = resid(z)
             Lam = z[n:]
             res = jnp.maximum(
-                _max_abs(r[:n]) / (_max_abs(pm) + tiny),
+                _max_abs(r[:n]) / (jnp.maximum(_max_abs(pm), _max_abs(Cm.T @ Lam)) + tiny),
                 _max_abs(r[n:]) / (_max_abs(C) * _max_abs(vm) + tiny),
             )
             return pm + Cm.T @ Lam, Lam, res
@@ -1015,12 +1032,24 @@ class Impacts(_VariationalMethod):
             zero,
             none,
         )
-        carry = jax.lax.fori_loop(
-            0,
-            n_phases,
-            lambda i, c: jax.lax.cond(c[1] > 0, lambda c: phase(i, c), lambda c: c, c),
-            carry,
+        # the common step (no crossing, no release) skips the phase loop
+        trial, res_t, Lc = self._inner(system, state, h, control, t, carry[7])
+        plain = ~jnp.any(carry[7] & (Lc < 0)) & ~jnp.any(
+            ~carry[7] & (_contacts(self.surface, trial.q) < 0)
         )
+
+        def loop(c):
+            return jax.lax.fori_loop(
+                0,
+                n_phases,
+                lambda i, c: jax.lax.cond(c[1] > 0, lambda c: phase(i, c), lambda c: c, c),
+                c,
+            )
+
+        def done(c):
+            return (trial, zero, t + h, res_t, *c[4:])
+
+        carry = jax.lax.cond(plain, done, loop, carry)
         st, res, act = carry[0], carry[3], carry[7]
         # an unresolved crossing (more than max_impacts in one step) shows in the residual
         fq = _contacts(self.surface, st.q)

@@ -343,18 +343,37 @@ def _tangent_frame(n):
     return jnp.stack([t1, t2])
 
 
+def _two_chart_frame(n):
+    """Orthonormal tangent frame ``(2, 3)`` of the unit sphere at ``n`` defined everywhere:
+    :func:`_tangent_frame` on ``n_z ≥ 0`` and the frame built at the antipode (the same tangent
+    plane; singular only at ``n = +e_z``) on ``n_z < 0``.  The frame jumps on the equator, the
+    constrained plane does not: the reconstruction depends only on the distribution ``D``
+    (the constraint ``C ξ = r`` and ``P C ξ = P r`` give the same motion for any invertible ``P(t)``),
+    so the jump is harmless.  Both branches see safe inputs (double ``where``: finite
+    derivatives)."""
+    north = n[2] >= 0
+    ez = jnp.zeros_like(n).at[2].set(1.0)
+    return jnp.where(
+        north, _tangent_frame(jnp.where(north, n, ez)), _tangent_frame(jnp.where(north, ez, -n))
+    )
+
+
 def _bib_kinetic(I1, mu, I3, r, a, q, qd):
     w1 = _spatial_omega(q[0], qd[0])
     w3 = _spatial_omega(q[2], qd[2])
     return 0.5 * I1 * jnp.sum(w1**2) + 0.5 * mu * jnp.sum(qd[1] ** 2) + 0.5 * I3 * jnp.sum(w3**2)
 
 
-def _bib_constraint(I1, mu, I3, r, a, q, qd):
+def _bib_constraint(I1, mu, I3, r, a, q, qd, frame=_tangent_frame):
     n = q[1] / jnp.linalg.norm(q[1])
     w1 = _spatial_omega(q[0], qd[0])
     w3 = _spatial_omega(q[2], qd[2])
     slip = qd[1] + a * jnp.cross(w3, n) - (r + a) * jnp.cross(w1, n)
-    return _tangent_frame(n) @ slip
+    return frame(n) @ slip
+
+
+def _bib_constraint_global(I1, mu, I3, r, a, q, qd):
+    return _bib_constraint(I1, mu, I3, r, a, q, qd, frame=_two_chart_frame)
 
 
 def _bib_action(g, q):
@@ -369,7 +388,19 @@ def _bib_section(r, b):
     return (e, r * n, e)
 
 
-def ball_in_ball(mass_big=10.0, mass_small=1.0, radius_big=1.0, radius_small=0.2, inertia_big=None):
+def _bib_section_direction(r, b):
+    e = jnp.eye(3, dtype=b.dtype)
+    return (e, r * b / jnp.linalg.norm(b), e)
+
+
+def ball_in_ball(
+    mass_big=10.0,
+    mass_small=1.0,
+    radius_big=1.0,
+    radius_small=0.2,
+    inertia_big=None,
+    base="polar",
+):
     """A small ball rolling without slipping inside a free big ball (seed 004 §5.3: a robot
     inside a spacecraft), no external forces, the path of the small ball prescribed as seen
     from the big ball.
@@ -385,7 +416,17 @@ def ball_in_ball(mass_big=10.0, mass_small=1.0, radius_big=1.0, radius_small=0.2
     ``(R R₁, R r₂, R R₃ g₃⁻¹)``; base ``b = (θ, φ)``: polar angles of ``R₁⁻¹ r₂`` (the path seen
     from the big ball), section ``(e, r n(θ, φ), e)``.  ``g^q = h ⊕ span{…}``: the total angular
     momentum (the ``h``-part) is conserved.
+
+    ``base="direction"``: chart-free, for paths through ``n = −e_z`` (or anywhere): the base
+    point is the direction ``b ≠ 0`` in R³ of the small ball's centre seen from the big ball
+    (a unit vector on S², normalized by the section ``(e, r b/|b|, e)``; ``base_dim = 3``), i.e.
+    the path given in the big ball's frame, ``r₂ = r b/|b|``; the rolling constraint then uses a
+    tangent frame defined on the whole sphere (two charts; the constrained plane is the same).
     """
+    if base not in ("polar", "direction"):
+        raise ValueError(
+            f"ball_in_ball: argument 'base' must be 'polar' or 'direction', got {base!r}"
+        )
     m1, m2, Rb, a = (_f(v) for v in (mass_big, mass_small, radius_big, radius_small))
     r = Rb - a
     I1 = 0.4 * m1 * Rb**2 if inertia_big is None else _f(inertia_big)
@@ -394,8 +435,8 @@ def ball_in_ball(mass_big=10.0, mass_small=1.0, radius_big=1.0, radius_small=0.2
         group=PowerGroup(SO3, 2),
         kinetic=Partial(_bib_kinetic, *p),
         action=_bib_action,
-        section=Partial(_bib_section, r),
-        base_dim=2,
-        constraint=Partial(_bib_constraint, *p),
+        section=Partial(_bib_section if base == "polar" else _bib_section_direction, r),
+        base_dim=2 if base == "polar" else 3,
+        constraint=Partial(_bib_constraint if base == "polar" else _bib_constraint_global, *p),
         name="ball_in_ball",
     )

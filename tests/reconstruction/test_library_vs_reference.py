@@ -328,6 +328,18 @@ def _bib_path(p, t):
     return jnp.stack([p[0] + p[1] * jnp.sin(s), s])
 
 
+@eqx.filter_jit
+def _bib_run(rec, s0, n, T):
+    """``n`` RKMK4 steps to ``T``: the big and small balls' attitudes ``R₁(T), R₃(T)``."""
+
+    def body(k, s):
+        return rc.ReconstructionRKMK4().step(rec, s, T / n, None, k * T / n)[0]
+
+    s = jax.lax.fori_loop(0, n, body, s0)
+    q = rec.configuration(s, T)
+    return q[0], q[2]
+
+
 def test_ball_in_ball_against_two_body_newton_euler():
     """``ball_in_ball`` (reduced, PowerGroup(SO3, 2)) against the Newton–Euler reference of
     both balls with contact and agent forces as multipliers: (i) latitude loop, zero momentum
@@ -337,15 +349,6 @@ def test_ball_in_ball_against_two_body_newton_euler():
     r = BB["Rb"] - BB["a"]
     S = rc.ball_in_ball(mass_big=3.0, mass_small=1.0, radius_big=1.0, radius_small=0.25)
     T = 2 * np.pi
-
-    @eqx.filter_jit
-    def run(rec, s0, n):
-        def body(k, s):
-            return rc.ReconstructionRKMK4().step(rec, s, T / n, None, k * T / n)[0]
-
-        s = jax.lax.fori_loop(0, n, body, s0)
-        q = rec.configuration(s, T)
-        return q[0], q[2]
 
     def r21(p):
         def c(t):
@@ -359,7 +362,7 @@ def test_ball_in_ball_against_two_body_newton_euler():
     # (i) latitude, zero momentum and spin: R1(t) = exp(t (c1 + e3)^) R_z(−t)
     p = np.array([0.9, 0.0, 0.0])
     rec = rc.Reconstruction(S, _bib_path, params=jnp.asarray(p))
-    R1, R3 = run(rec, rec.state(), 256)
+    R1, R3 = _bib_run(rec, rec.state(), 256, T)
     c1 = cf.ball_in_ball_latitude(alpha=0.9, nu=1.0, s=0.0, **BB)["c1"]
     # RKMK4, h = 2π/256: observed ≤ 1e-9
     np.testing.assert_allclose(np.asarray(R1), cf.latitude_rotation(T, c1=c1, nu=1.0)[0], atol=1e-7)
@@ -375,7 +378,7 @@ def test_ball_in_ball_against_two_body_newton_euler():
     qd0 = (jnp.asarray(cf.hat(w1)), jnp.asarray(dd), jnp.asarray(cf.hat(w3)))
     rec = rc.Reconstruction(S, _bib_path, params=jnp.asarray(p))
     s0 = rec.state(momentum=S.momentum_map(q0, qd0), spatial=True)
-    R1, R3 = run(rec, s0, 256)
+    R1, R3 = _bib_run(rec, s0, 256, T)
     np.testing.assert_allclose(np.asarray(R1), ref_ii["R1"][-1], atol=1e-7)
     np.testing.assert_allclose(np.asarray(R3), ref_ii["R3"][-1], atol=1e-7)
     assert cf.rotation_angle_axis(ref_ii["R1"][-1])[0] > 0.05
@@ -406,3 +409,39 @@ def test_float32_holonomy_against_reference():
     r = ref.core_with_masses(shape, T, inertia=inertia, masses=masses, t_eval=[0.0, T])
     assert cf.rotation_angle_axis(r["R"][-1])[0] > 0.02  # 0.027 rad
     np.testing.assert_allclose(np.asarray(g, np.float64), r["R"][-1], rtol=0, atol=2e-5)
+
+
+def test_ball_in_ball_direction_path_through_south_pole():
+    """The chart-free ``ball_in_ball(base="direction")``: the small ball's path as unit vectors
+    seen from the big ball, here a loop through n = −e_z (where the polar chart and its tangent
+    frame are singular) with total angular momentum and spin; against the Newton–Euler
+    reference of both balls (independent: forces as multipliers, any tangent basis)."""
+    BB = dict(m1=3.0, m2=1.0, Rb=1.0, a=0.25)
+    r = BB["Rb"] - BB["a"]
+    S = rc.ball_in_ball(
+        mass_big=3.0, mass_small=1.0, radius_big=1.0, radius_small=0.25, base="direction"
+    )
+    T, al = 2 * np.pi, 0.7
+    c = np.array([np.sin(al), 0.0, -np.cos(al)])  # the loop: angular radius al about c
+    u, w = np.array([np.cos(al), 0.0, np.sin(al)]), np.array([0.0, 1.0, 0.0])
+
+    def path(t):  # passes through −e_z at s = π (n = cos al c − sin al u)
+        s = t + 0.3 * jnp.sin(t)
+        return np.cos(al) * c + np.sin(al) * (jnp.cos(s) * u + jnp.sin(s) * w)
+
+    assert np.allclose(path(np.pi), [0.0, 0.0, -1.0], atol=1e-15)
+    L0, spin = np.array([0.2, -0.1, 0.3]), 0.4
+    ref_ = ref.ball_in_ball(lambda t: r * path(t), T, L0=L0, spin0=spin, t_eval=[0.0, T], **BB)
+    w1, w3 = ref_["w1"][0], ref_["w3"][0]
+    d, dd = ref_["d"][0], ref_.y[0, 9:12] - ref_.y[0, 3:6]
+    q0 = (jnp.eye(3), jnp.asarray(d), jnp.eye(3))
+    qd0 = (jnp.asarray(cf.hat(w1)), jnp.asarray(dd), jnp.asarray(cf.hat(w3)))
+    rec = rc.Reconstruction(S, path)
+    s0 = rec.state(momentum=S.momentum_map(q0, qd0), spatial=True)
+
+    R1, R3 = _bib_run(rec, s0, 256, T)
+    assert np.all(np.isfinite(np.asarray(R1)))
+    # RKMK4, h = 2π/256, as the polar-chart test above (observed ~1e-9)
+    np.testing.assert_allclose(np.asarray(R1), ref_["R1"][-1], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(R3), ref_["R3"][-1], atol=1e-7)
+    assert cf.rotation_angle_axis(ref_["R1"][-1])[0] > 0.05

@@ -73,3 +73,208 @@ def test_ball_comes_to_rest(dtype):
     np.testing.assert_allclose(lam[after], G0, rtol=1e2 * eps)
     assert np.all(lam[ts < t_k[K] - dt] == 0.0)  # in flight: no contact force
     assert float(np.min(q[:, 1])) > -1e2 * eps
+
+
+# --- a planar rod (x, y, θ) of mass 1 and length 1 with both ends above the floor ------------
+ROD_I = 1.0 / 12.0
+ROD = gj.LagrangianSystem(
+    metric=jnp.diag(jnp.array([1.0, 1.0, ROD_I])), potential=lambda q: G0 * q[1]
+)
+
+
+def rod_ends(q):
+    """Heights of the two ends (x ∓ ½ cos θ, y ∓ ½ sin θ)."""
+    return jnp.array([q[1] - 0.5 * jnp.sin(q[2]), q[1] + 0.5 * jnp.sin(q[2])])
+
+
+ROD_IMPACTS = gj.Impacts(rod_ends, restitution=0.5)
+
+
+def test_rod_dropped_flat_and_tilted():
+    """Flat (θ = 0): both ends hit at once at the ball's impact times; the simultaneous Newton
+    law keeps the rod flat (θ̇⁺ = 0, v_y⁺ = −e v_y⁻, impulses (1 + e) m |v_y⁻| / 2 each), the
+    impacts accumulate and the rod rests on both ends with λ = (m g/2, m g/2).
+
+    Tilted (θ0 = 0.2, at rest): the lower end hits first at t_c = sqrt(2 (y0 − ½ sin θ0)/g);
+    rigid-body impulse equations m Δv = Λ n, I Δω = (r × Λ n)_z, r = −½ (cos θ0, sin θ0),
+    n = e_y, and Newton's law at the end give Λ = (1 + e) g t_c / (1/m + ¼ cos² θ0 / I),
+    v_y⁺ = −g t_c + Λ/m, θ̇⁺ = −½ cos θ0 Λ / I; then a free flight (exact for DEL)."""
+    e, dt, n = 0.5, 1e-3, 1500
+    st = ROD_IMPACTS.make_state(ROD, jnp.array([0.0, 1.0, 0.0]), jnp.zeros(3))
+    states, res, times, imp = impact_run(ROD, ROD_IMPACTS, st, dt, n)
+    assert float(jnp.max(res)) < 1e-12
+    t_k, s_k = ball_impacts(1.0, e)
+    got = np.asarray(times)
+    hit = np.isfinite(got)
+    K = int(np.argmax(2 * s_k / G0 < dt)) - 1
+    np.testing.assert_allclose(got[hit], t_k[: K + 1], atol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(imp)[hit][:K], np.repeat((1 + e) * s_k[:K, None] / 2, 2, 1), rtol=1e-9
+    )
+    assert float(jnp.max(jnp.abs(states.q[:, 2]))) < 1e-14  # stays flat
+    rest = dt * np.arange(n + 1) > t_k[K] + dt
+    assert rest.sum() > 100
+    np.testing.assert_allclose(np.asarray(states.lam)[rest], G0 / 2, rtol=1e-12)
+    assert float(jnp.max(jnp.abs(states.q[rest, 1]))) < 1e-14
+
+    th0, y0 = 0.2, 1.0
+    st = ROD_IMPACTS.make_state(ROD, jnp.array([0.0, y0, th0]), jnp.zeros(3))
+    states, res, times, _ = impact_run(ROD, ROD_IMPACTS, st, dt, 500)
+    tc = np.sqrt(2 * (y0 - 0.5 * np.sin(th0)) / G0)
+    Lam = (1 + e) * G0 * tc / (1.0 + 0.25 * np.cos(th0) ** 2 / ROD_I)
+    vy, w = -G0 * tc + Lam, -0.5 * np.cos(th0) * Lam / ROD_I
+    got = np.asarray(times)
+    i = int(np.argmax(np.isfinite(got)))
+    np.testing.assert_allclose(got[i], tc, atol=1e-12)
+    # the states after the impact until the next one: free flight from the impact
+    j = int(np.argmax(np.isfinite(got[i + 1 :]))) + i + 1
+    assert j > i + 5
+    ts = dt * np.arange(i + 1, j + 1) - tc
+    yc = y0 - 0.5 * G0 * tc**2
+    v = np.asarray(jax.vmap(ROD.velocity)(states.q, states.p))[i + 1 : j + 1]
+    np.testing.assert_allclose(v[:, 1], vy - G0 * ts, atol=1e-11)
+    np.testing.assert_allclose(v[:, 2], w, rtol=1e-11)
+    np.testing.assert_allclose(v[:, 0], 0.0, atol=1e-14)
+    np.testing.assert_allclose(states.q[i + 1 : j + 1, 2], th0 + w * ts, atol=1e-11)
+    np.testing.assert_allclose(
+        states.q[i + 1 : j + 1, 1], yc + vy * ts - 0.5 * G0 * ts**2, atol=1e-11
+    )
+
+
+def cradle_reference(v, e, rounds=10):
+    """Sequential pairwise impacts of equal balls in contact (x_i touching x_{i+1}): the
+    textbook two-ball law v1⁺ = ((1 − e) v1 + (1 + e) v2)/2, v2⁺ = ((1 + e) v1 + (1 − e) v2)/2
+    applied to the approaching pairs in index order until none approaches."""
+    v = list(v)
+    for _ in range(rounds):
+        for i in range(len(v) - 1):
+            if v[i] > v[i + 1]:
+                a, b = v[i], v[i + 1]
+                v[i], v[i + 1] = ((1 - e) * a + (1 + e) * b) / 2, ((1 + e) * a + (1 - e) * b) / 2
+    return np.array(v)
+
+
+@pytest.mark.parametrize("e", [1.0, 0.8])
+def test_newtons_cradle(e):
+    """Three equal balls (radius 0.1) on a line, the first moving at 1 towards the other two,
+    which touch and rest.  The impact propagates along the chain within one instant (rounds of
+    the impact law, module docstring): e = 1 ends as (0, 0, 1); e = 0.8 as the sequential
+    pairwise reference (three rounds: 1–2, 2–3, 1–2).  Momentum is conserved exactly."""
+    r = 0.1
+    system = gj.LagrangianSystem(metric=jnp.eye(3))
+    gaps = lambda q: jnp.array([q[1] - q[0] - 2 * r, q[2] - q[1] - 2 * r])  # noqa: E731
+    method = gj.Impacts(gaps, restitution=jnp.asarray(e), jump_rounds=3)
+    st = method.make_state(system, jnp.array([-0.5, 0.0, 2 * r]), jnp.array([1.0, 0.0, 0.0]))
+    sol = gj.simulate(system, method, st, 0.01, 50)
+    v = np.asarray(jax.vmap(system.velocity)(sol.states.q, sol.states.p))
+    np.testing.assert_allclose(v[-1], cradle_reference([1.0, 0.0, 0.0], e), atol=1e-14)
+    np.testing.assert_allclose(v.sum(1), 1.0, rtol=1e-14)
+    assert float(sol.stats["max_residual"]) < 1e-12
+    # the impact at t = 0.3 (gap 0.3 closed at speed 1); afterwards free motion
+    ts = np.asarray(sol.ts)
+    after = ts > 0.3 + 1e-9
+    q_exp = np.array([-0.5 + 0.3, 0.0, 2 * r])[None] + v[-1][None] * (ts[after, None] - 0.3)
+    np.testing.assert_allclose(sol.states.q[after], q_exp, atol=1e-13)
+
+
+def test_sliding_off_a_circle_releases():
+    """A particle released at rest at angle θ0 from the top of the circle |q| = 1 (f = |q|² − 1
+    ≥ 0, outside) slides on it (resting contact from the start: λ > 0) and leaves it where
+    the normal force vanishes, cos θ = (2/3) cos θ0 (energy v² = 2 g (cos θ0 − cos θ) and
+    g cos θ = v²).  While in contact: |q| = 1, and λ (force λ df = 2 λ q) is the normal force
+    (g cos θ − v²)/2 of the state itself; the release is detected within a step (tolerance
+    two steps' angle).  After it: free flight (a parabola), never back on the circle."""
+    th0, dt, n = 0.3, 1e-3, 700
+    system = gravity_particle(2)
+    method = gj.Impacts(lambda q: q @ q - 1.0, restitution=0.0)
+    st = method.make_state(system, jnp.array([np.sin(th0), np.cos(th0)]), jnp.zeros(2))
+    assert float(st.lam[0]) == pytest.approx(G0 * np.cos(th0) / 2, rel=1e-12)
+    sol = gj.simulate(system, method, st, dt, n)
+    q, lam = np.asarray(sol.states.q), np.asarray(sol.states.lam[:, 0])
+    v = np.asarray(jax.vmap(system.velocity)(sol.states.q, sol.states.p))
+    on = lam > 0
+    k = int(np.argmin(on))  # first state off the circle
+    assert k > 100 and not on[k:].any()
+    np.testing.assert_allclose(np.linalg.norm(q[:k], axis=1), 1.0, atol=1e-13)
+    th = np.arctan2(q[:, 0], q[:, 1])
+    N = (G0 * np.cos(th) - np.sum(v**2, 1)) / 2
+    # λ of a step is its (λ_a + λ_b)/2, second order at the step's middle: against the mean
+    # of the node values, O(h² λ̈) ≈ 1e-6 · 1e2 (λ falls from 4.7 to 0 in 0.6 s, faster at the end)
+    np.testing.assert_allclose(lam[1:k], (N[: k - 1] + N[1:k]) / 2, atol=1e-3)
+    th_r = np.arccos(2 / 3 * np.cos(th0))
+    omega = np.sqrt(2 * G0 * (np.cos(th0) - np.cos(th_r)))
+    assert abs(th[k] - th_r) < 2 * omega * dt
+    r_off = np.linalg.norm(q[k:], axis=1)
+    assert np.all(r_off >= 1.0 - 1e-13) and np.all(r_off[2:] > 1.0)  # leaves, tangentially
+    a = np.diff(v[k + 1 :], axis=0) / dt  # free flight: acceleration −g e_y
+    np.testing.assert_allclose(a, np.broadcast_to([0.0, -G0], a.shape), atol=1e-8)
+
+
+class Floor(eqx.Module):
+    """The floor y ≥ c with a differentiable height ``c``."""
+
+    c: jax.Array
+
+    def __call__(self, q):
+        return q[1] - self.c
+
+
+def test_gradients_to_surface_parameters():
+    """y(T) after one bounce off the floor y = c: y = c + e v1 (T − t1) − g (T − t1)²/2 with
+    v1 = sqrt(2 g (H − c)), t1 = sqrt(2 (H − c)/g); d/dc, d/dH, d/de through simulate (the
+    impact time by the implicit function theorem, the jump) against the closed form's
+    derivatives and central finite differences (step 1e-6: error ~1e-10 relative)."""
+    system = gravity_particle(2)
+    T, dt = 0.8, 0.02
+
+    @jax.jit
+    def y_sim(c, H, e):
+        method = gj.Impacts(Floor(c), restitution=e)
+        st = gj.variational.VariationalState(
+            jnp.array([0.0, 1.0]) * H, jnp.array([0.3, 0.0]), jnp.zeros(1)
+        )
+        return gj.simulate(system, method, st, dt, round(T / dt)).final_state.q[1]
+
+    def y_exact(c, H, e):
+        v1, t1 = jnp.sqrt(2 * G0 * (H - c)), jnp.sqrt(2 * (H - c) / G0)
+        return c + e * v1 * (T - t1) - 0.5 * G0 * (T - t1) ** 2
+
+    x = (jnp.asarray(0.1), jnp.asarray(1.0), jnp.asarray(0.8))
+    np.testing.assert_allclose(y_sim(*x), y_exact(*x), atol=1e-12)
+    g_sim = jax.jit(jax.grad(y_sim, argnums=(0, 1, 2)))(*x)
+    g_ex = jax.grad(y_exact, argnums=(0, 1, 2))(*x)
+    np.testing.assert_allclose(g_sim, g_ex, rtol=1e-9)
+    eps = 1e-6
+    fd = (y_sim(x[0] + eps, *x[1:]) - y_sim(x[0] - eps, *x[1:])) / (2 * eps)
+    np.testing.assert_allclose(g_sim[0], fd, rtol=1e-6)
+
+
+def test_bad_input():
+    system = gravity_particle(2)
+    st = system.make_state(jnp.array([0.0, -0.1]), jnp.zeros(2))
+    with pytest.raises(ValueError, match="'state0.q'.*'surface'"):
+        gj.simulate(system, gj.Impacts(lambda q: q[1]), st, 0.01, 2)
+    two = lambda q: jnp.array([q[1], q[0] + 1.0])  # noqa: E731
+    st = system.make_state(jnp.array([0.0, 1.0]), jnp.zeros(2))
+    with pytest.raises(ValueError, match="'state0.q'.*'surface'"):
+        gj.simulate(
+            system,
+            gj.Impacts(two),
+            system.make_state(jnp.array([-2.0, 1.0]), jnp.zeros(2)),
+            0.01,
+            2,
+        )
+    with pytest.raises(ValueError, match="'state0.lam'"):
+        gj.simulate(
+            system,
+            gj.Impacts(two),
+            gj.variational.VariationalState(st.q, st.p, jnp.zeros(3)),
+            0.01,
+            2,
+        )
+    with pytest.raises(ValueError, match="'restitution'"):
+        gj.Impacts(two, restitution=jnp.array([0.5, 1.2]))
+    with pytest.raises(ValueError, match="'rest_speed'"):
+        gj.Impacts(two, rest_speed=-1.0)
+    with pytest.raises(ValueError, match="'jump_rounds'"):
+        gj.Impacts(two, jump_rounds=0)
