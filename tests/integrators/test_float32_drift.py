@@ -120,3 +120,22 @@ def test_se3_body_float32_casimirs():
     pp, pip = np.sum(mu[:, 3:] ** 2, -1), np.sum(mu[:, :3] * mu[:, 3:], -1)
     assert np.max(np.abs(pp / pp[0] - 1)) <= bound
     assert np.max(np.abs(pip / pip[0] - 1)) <= bound
+
+
+def test_float32_energy_follows_float64_run():
+    # The float32 run against the float64 run from the same (rounded) state: their energies
+    # differ by round-off only (the O(dt²) oscillation is shared; the phase shift between the
+    # runs, ~√N·u, changes it by ~1e-11).  A Newton iteration stopped while its last error,
+    # ~1e-9 relative, still had one sign made the float32 energy drift linearly (4.4e-11 a step
+    # at dt 0.01: 8.8e-7 after 2e4 steps); the bound is 8u = 4.8e-7 (the compensated runs stay
+    # near 1e-7: one rounding of each saved Pi, a few u).
+    steps = 20_000
+    R0 = gj.SO3.exp(jnp.asarray([0.3, -0.2, 0.5]))
+    pi0 = np.asarray([0.8, -0.3, 1.1], np.float32)
+    E = []
+    for dtype in (jnp.float32, jnp.float64):
+        body = gj.RigidBody(jnp.asarray(MOMENTS, dtype))
+        state = gj.RigidBodyState(jnp.asarray(R0, dtype), jnp.asarray(pi0, dtype))
+        Pi = gj.simulate(body, gj.LGVI(), state, 0.01, steps, save_every=SAVE).states.Pi
+        E.append(_energy(np.asarray(Pi, np.float64)))
+    assert np.max(np.abs(E[0] - E[1])) / E[1][0] <= 8 * U32
