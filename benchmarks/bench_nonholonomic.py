@@ -354,7 +354,7 @@ def accuracy(fast):
 
 
 # ------------------------------------------------------------------------------------------
-# (d) speed: NonholonomicVI vs RK4 of the reduced ODE in a bare lax.scan (issue 9 §1)
+# (d) speed: NonholonomicVI vs RK4 of the reduced ODE in a bare lax.scan
 
 
 def _rk4_scan(f, dt, steps):

@@ -1,4 +1,4 @@
-"""Base-controlled reconstruction (seed 004): geomjax's reconstruction solvers against SciPy
+"""Base-controlled reconstruction (Cabrera, *Base-controlled mechanical systems and geometric phases*): geomjax's reconstruction solvers against SciPy
 DOP853 on the FULL, UNREDUCED systems (Newton–Euler with constraint forces as multipliers, the
 independent references of ``tests/reconstruction/reference.py``).
 

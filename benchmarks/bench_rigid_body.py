@@ -11,7 +11,7 @@
     ratios to diffrax Tsit5); and the LGVI variants (free body, + potential, + controls, the
     generic-group path) against a hand-written batch-last Cayley LGVI kernel
     (:func:`lgvi_kernel_batch_last`, the same arithmetic, checked to agree to round-off) and
-    against the free-body path (issue 9 §4);
+    against the free-body path;
 (c) cost of a gradient relative to the forward pass, and compiled peak memory of a long-horizon
     gradient with and without checkpointing.
 Compile time is always reported separately from run time.  Same equations, same machine, one run.
@@ -184,7 +184,7 @@ def accuracy(fast):
 
 
 # ------------------------------------------------------------------------------------------
-# reference: a hand-written batch-last Cayley LGVI for the free rigid body (issue 9 §4)
+# reference: a hand-written batch-last Cayley LGVI for the free rigid body
 
 
 def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3):
@@ -377,7 +377,7 @@ def throughput(fast, batches=None, passes=2):
                         "run_ms": r * 1e3,
                         "body_steps_per_s": B * steps / r,
                         "speedup_vs_tsit5": base / r,
-                        # throughput ratios (>1: faster than the reference), issue 9 §4
+                        # throughput ratios (>1: faster than the reference)
                         "vs_kernel": r_kernel / r if lgvi else None,
                         "vs_free_body": r_free / r if lgvi else None,
                     }
@@ -510,7 +510,7 @@ def plot(vs_dt, horizon, path):
 def main():
     fast = fast_mode()
     t0 = time.perf_counter()
-    if "--throughput" in sys.argv[1:]:  # only (b) at batch 1 and 1024, 3 passes (issue 9 §4)
+    if "--throughput" in sys.argv[1:]:  # only (b) at batch 1 and 1024, 3 passes
         agree = kernel_agreement()
         thr = throughput(fast, batches=(1, 1024), passes=3)
         print_table(thr, THROUGHPUT_COLUMNS, title=THROUGHPUT_TITLE)

@@ -12,7 +12,7 @@ on the Chaplygin sleigh and on the ball on a turntable (dt 1e-3) with the RK4 of
 ODEs in a bare ``lax.scan`` (``bench_nonholonomic.py``); the LGVI on the free body (dt 0.01);
 the free body's gradient over the run with ``ReversibleAdjoint`` against the gradient of a
 bare-scan RK4 (``bench_adjoint.py``).  The columns ``ratio_*`` divide by the reference of the
-same configuration (issue 9's targets are such ratios).
+same configuration (the speed targets are such ratios).
 """
 
 from __future__ import annotations

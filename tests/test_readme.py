@@ -36,7 +36,7 @@ def test_readme_examples_run_and_hold():
     q, v = ns["knife_sol"].states.g, ns["knife_sol"].states.v
     viol = v[:, 0] * jnp.sin(q[:, 2]) - v[:, 1] * jnp.cos(q[:, 2])
     assert float(jnp.max(jnp.abs(viol))) < 1e-12
-    # variational (issue 12): RATTLE keeps |q| = 1 at round-off, the ball stays above the floor
+    # variational: RATTLE keeps |q| = 1 at round-off, the ball stays above the floor
     qs = ns["vsol"].states.q
     assert float(jnp.max(jnp.abs(jnp.sum(qs * qs, -1) - 1.0))) < 1e-13
     assert float(jnp.min(ns["bsol"].states.q[:, 1])) >= -1e-12

@@ -1,4 +1,4 @@
-"""Worked trajectory-optimization problems (issue 11), each a small :class:`equinox.Module` with
+"""Worked trajectory-optimization problems, each a small :class:`equinox.Module` with
 ``initial_params()``, ``loss(params)``, ``simulate(params)`` and ``errors(params)``.
 
 * :class:`AttitudeManeuver` — rest-to-rest reorientation of a rigid body on SO(3) by control
@@ -6,7 +6,7 @@
 * :class:`PoseManeuver` — the same on SE(3) (:class:`geomjax.RigidBodySE3`, body wrenches).
 * :class:`BallOnPlate` — a closed contact path on a fixed plate that brings a rolling ball back to
   its start with a target orientation (the rolling kinematics are a horizontal lift).
-* :class:`SpacecraftReorientation` — seed 004 §5.3: a small ball (a robot) rolling inside a big
+* :class:`SpacecraftReorientation` — Cabrera, *Base-controlled mechanical systems and geometric phases*, §5.3: a small ball (a robot) rolling inside a big
   one (the spacecraft) along a closed path that turns the spacecraft to a target attitude
   (:func:`geomjax.reconstruction.ball_in_ball`, horizontal lift at zero angular momentum).
 * :class:`ShapeReorientation` — zero-angular-momentum reorientation of a body by a closed loop of
@@ -445,14 +445,14 @@ class ShapeReorientation(eqx.Module):
         return {"angle": group_distance(SO3, R, self.R_target, squared=False)}
 
 
-# --- example 1: spacecraft reoriented by an internal robot (seed 004 §5.3) -----------------------
+# --- example 1: spacecraft reoriented by an internal robot (Cabrera §5.3) -----------------------
 def _evaluate_curve(traj, t):
     """Base curve of a :class:`Trajectory` (one module-level function: compiled once)."""
     return traj(t)
 
 
 class SpacecraftReorientation(eqx.Module):
-    """A small ball rolling without slipping inside a free big ball (seed 004 §5.3, a robot inside
+    """A small ball rolling without slipping inside a free big ball (Cabrera §5.3, a robot inside
     a spacecraft; :func:`geomjax.reconstruction.ball_in_ball` with the corrected Lagrangian).  With
     zero total angular momentum and no initial spin about the contact normal the motion is
     geometric (conventions notes): the attitude change of the big ball after a closed path of the

@@ -15,11 +15,11 @@ SECTIONS = {
     "riemann": riemann,
     "nonholonomic": nonholonomic,
 }
-from . import reconstruction as _reconstruction  # noqa: E402  (seed 004 section)
+from . import reconstruction as _reconstruction  # noqa: E402  (Cabrera, *Base-controlled mechanical systems and geometric phases* section)
 
 SECTIONS["base-controlled"] = _reconstruction
 
-# variational integrators in coordinates (issue 12)
+# variational integrators in coordinates
 from . import variational as _variational  # noqa: E402
 
 SECTIONS["variational"] = _variational
@@ -56,12 +56,12 @@ def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -
     return 0
 
 
-# trajectory optimization (issue 11)
+# trajectory optimization
 from . import control as _control  # noqa: E402
 
 SECTIONS["control"] = _control
 
-# higher order by composition and the reversible adjoint (issue 9)
+# higher order by composition and the reversible adjoint
 from . import higher_order as _higher_order  # noqa: E402
 
 SECTIONS["higher-order"] = _higher_order

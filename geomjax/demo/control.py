@@ -1,6 +1,6 @@
-"""Demo section: trajectory optimization (issue 11) — a rest-to-rest attitude manoeuvre by control
+"""Demo section: trajectory optimization — a rest-to-rest attitude manoeuvre by control
 torques through the forced LGVI, and the showcase: a robot rolling inside a spacecraft along a
-closed path that turns the spacecraft to a target attitude (seed 004 §5.3)."""
+closed path that turns the spacecraft to a target attitude (Cabrera, *Base-controlled mechanical systems and geometric phases*, §5.3)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def run(out: Path, fast: bool) -> list[Check]:
         )
     )
 
-    # 2. the showcase (seed 004 §5.3): a robot (small ball) rolling inside a spacecraft (big ball)
+    # 2. the showcase (Cabrera §5.3): a robot (small ball) rolling inside a spacecraft (big ball)
     # along a closed path turns the spacecraft to a target attitude (zero angular momentum)
     craft = SpacecraftReorientation(steps=60)
     res_b = optimize(
@@ -90,7 +90,7 @@ def run(out: Path, fast: bool) -> list[Check]:
 
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
     ax[0].semilogy(res.history["loss"], label="attitude (SO(3))")
-    ax[0].semilogy(res_b.history["loss"], label="spacecraft (seed 004 §5.3)")
+    ax[0].semilogy(res_b.history["loss"], label="spacecraft (Cabrera §5.3)")
     ax[0].set(xlabel="iteration", ylabel="loss", title="L-BFGS")
     ax[0].legend()
     ts = (np.arange(prob.steps) + 0.5) * prob.dt

@@ -1,4 +1,4 @@
-"""Demo section: higher order by composition and gradients by reversibility (issue 9).
+"""Demo section: higher order by composition and gradients by reversibility.
 
 1. ``Composition(LGVI(), scheme)`` of order 4, 6 and 8 on the free rigid body: errors against a
    reference from a *different* method (the splitting with exact sub-flows composed to order 8,

@@ -1,4 +1,4 @@
-"""Demo section: base-controlled systems, reconstruction and geometric phases (seed 004)."""
+"""Demo section: base-controlled systems, reconstruction and geometric phases (Cabrera, *Base-controlled mechanical systems and geometric phases*)."""
 
 from __future__ import annotations
 

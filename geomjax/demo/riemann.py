@@ -161,7 +161,7 @@ def run(out: Path, fast: bool) -> list[Check]:
         )
     )
 
-    # 3. bead on a rotating hoop (moving constraint, seed 002)
+    # 3. bead on a rotating hoop (moving constraint, Mangiarotti, *Mechanical systems and holonomic constraints*)
     ah, wh = 0.5, 6.0
     ys, ts, Rh, eq = _hoop_motion(ah, wh, 0.3)
     ys, ts, Rh = np.asarray(ys), np.asarray(ts), np.asarray(Rh)

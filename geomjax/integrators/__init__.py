@@ -29,13 +29,13 @@ __all__ = [
     "step",
 ]
 
-# issue 9: composition (higher order) and the reversible adjoint
+# composition (higher order) and the reversible adjoint
 from .adjoint import ReversibleAdjoint, reconstruction_error
 from .composition import SCHEMES, Composition
 
 __all__ += ["SCHEMES", "Composition", "ReversibleAdjoint", "reconstruction_error"]
 
-# variational integrators in coordinates (issue 12)
+# variational integrators in coordinates
 from .variational import (  # noqa: E402
     RATTLE,
     DiscreteEulerLagrange,

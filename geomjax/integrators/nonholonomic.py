@@ -18,7 +18,7 @@ Its discrete Legendre transforms, left-trivialized on G (``S = ½ [∂_v L(q_k, 
 (For ``L = ½ xi^T I xi − V(g)`` this is exactly the LGVI.)
 
 **Discrete Lagrange–d'Alembert principle** — the multipliers enter the discrete *momentum*
-equation, as in the continuous law of seed 003 (Romano et al.), not vakonomically.  The constraint
+equation, as in the continuous law of Romano–Barretta–Diaco, *On the general form of the law of dynamics*, not vakonomically.  The constraint
 impulse ``h A(q_k)^T lam`` at each node is split into a half ``h/2 A(q_k)^T lam_b^{(k-1)}`` that
 ends step k−1 and a half ``h/2 A(q_k)^T lam_a^{(k)}`` that starts step k; one step
 ``(q_k, v_k) -> (q_{k+1}, v_{k+1})`` is

@@ -2,7 +2,7 @@
 holonomic constraints, and impacts with a unilateral constraint.
 
 Setting: :class:`geomjax.variational.LagrangianSystem` (``L(q, q̇)``, forces ``F(t, q, q̇, u)``)
-with the state :class:`~geomjax.variational.VariationalState` ``(q, p, lam)``.  Seed 003
+with the state :class:`~geomjax.variational.VariationalState` ``(q, p, lam)``.  Romano–Barretta–Diaco, *On the general form of the law of dynamics*
 (Romano–Barretta–Diaco) supplies the continuous law these schemes discretize: the Euler
 differential condition (forced Euler–Lagrange equations, §5), linear constraints with multiplier
 forces in the momentum equation (§6), and the jump condition at impacts (Thm 4.1).
@@ -15,7 +15,7 @@ implicit solve):
   ``L = ½ q̇ᵀ M q̇ − V(q)`` with constant ``M``).
 
 **Discrete Lagrange–d'Alembert principle** (Marsden & West 2001, Acta Numerica §3.2; forces as in
-seed 003 §5, a non-potential force one-form): with the discrete forces
+Romano–Barretta–Diaco §5, a non-potential force one-form): with the discrete forces
 ``F⁻ = F⁺ = h/2 F(t + h/2, q̄, v, u)`` (midpoint) or ``F⁻ = h/2 F(t, q_k, v, u)``,
 ``F⁺ = h/2 F(t + h, q_{k+1}, v, u)`` (trapezoidal), one step ``(q_k, p_k) → (q_{k+1}, p_{k+1})`` is
 
@@ -47,7 +47,7 @@ the scheme's own ``λ_a``, ``λ_b`` (first order, opposite errors) come from
 ends behind the surface, the impact instant ``s ∈ (0, h)`` is the root of ``φ(s) = f(q(s))`` where
 ``q(s)`` is the inner method's step of size ``s`` (so the impact point is on the discrete
 trajectory); found by ``root_iters`` safeguarded Newton iterations (``φ'`` by forward-mode through
-the implicit step), then the jump, then the rest of the step.  The jump is seed 003's condition
+the implicit step), then the jump, then the rest of the step.  The jump is Romano–Barretta–Diaco's condition
 ``p⁺ = p⁻ + Λ df(q)`` — the momentum components tangent to the interface (``⟨p, w⟩`` for
 ``df·w = 0``) are unchanged — closed by **Newton's restitution law** (the paper gives none):
 
@@ -529,7 +529,7 @@ def _node_multipliers(system, t, q, v, u, cons, mask):
 class Impacts(_VariationalMethod):
     """Impacts with unilateral constraints ``f_i(q) ≥ 0`` around an inner variational method
     (module docstring): impacts located inside the step, momentum jumps ``Σ Λ_i df_i(q)``
-    (tangential components kept, seed 003 Thm 4.1) with Newton's restitution law
+    (tangential components kept, Romano–Barretta–Diaco Thm 4.1) with Newton's restitution law
     ``df_i·q̇⁺ = −e df_i·q̇⁻``, and **resting contact** once impacts accumulate.
 
     **Accumulation and resting contact.**  A ball dropped on the floor with ``e < 1`` bounces

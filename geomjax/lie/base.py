@@ -5,7 +5,7 @@ leaves: it can be stored in a system, passed through ``jit`` and compared/hashed
 pure functions of arrays and broadcast over *leading* axes: an element of SO(3) is an array of
 shape ``(..., 3, 3)``, a Lie algebra vector one of shape ``(..., dim)``.
 
-Conventions (see ``shared/notes/conventions.md``):
+Conventions (see the documentation's Conventions page):
 
 * left trivialization, body velocity ``xi = g^{-1} dg/dt``;
 * Jacobians as in Solà, Deray & Atchuthan, *A micro Lie theory* (2018):

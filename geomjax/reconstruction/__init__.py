@@ -1,4 +1,4 @@
-"""Base-controlled mechanical systems, reconstruction and geometric phases (seed 004, Cabrera).
+"""Base-controlled mechanical systems, reconstruction and geometric phases (Cabrera, *Base-controlled mechanical systems and geometric phases*).
 
 A mechanical system on ``Q → Q/G = B`` whose base (shape) variables follow a prescribed curve;
 the group variables ``g(t)`` are induced by conserved momentum, nonholonomic or affine

@@ -1,4 +1,4 @@
-"""Base-controlled mechanical systems (Cabrera, seed 004, §2–§3).
+"""Base-controlled mechanical systems (Cabrera, *Base-controlled mechanical systems and geometric phases*, §2–§3).
 
 A mechanical system on a principal bundle ``Q → Q/G = B`` whose base (shape) variables follow a
 prescribed curve ``c̃(t)``; the group variables ``g(t)`` are induced through conserved momentum,
@@ -101,7 +101,7 @@ class Coefficients(eqx.Module):
 
 
 class BaseControlledSystem(eqx.Module):
-    """A G-invariant mechanical system on ``Q`` with controlled base variables (seed 004, §2.1).
+    """A G-invariant mechanical system on ``Q`` with controlled base variables (Cabrera, §2.1).
 
     Arguments:
         group: the structure group G (a :class:`geomjax.lie.LieGroup`).

@@ -1,4 +1,4 @@
-"""Worked examples of base-controlled systems (seed 004 §5 and the works it builds on).
+"""Worked examples of base-controlled systems (Cabrera, *Base-controlled mechanical systems and geometric phases*, §5 and the works it builds on).
 
 Each constructor returns a :class:`~geomjax.reconstruction.BaseControlledSystem`; its physical
 parameters are array leaves (``jax.tree_util.Partial`` arguments), so ``jax.grad`` can
@@ -67,7 +67,7 @@ def _disk_section(b):
 
 
 def vertical_disk(mass=1.0, inertia=0.5, heading_inertia=0.25, radius=1.0):
-    """Vertical rolling disk with prescribed heading (seed 004 §5.1; §3.3 abelian case).
+    """Vertical rolling disk with prescribed heading (Cabrera §5.1; §3.3 abelian case).
 
     ``Q = R² × S¹ × S¹ ∋ q = (x, y, θ, φ)`` (contact point, rolling angle, heading);
     ``G = R³ ∋ (x, y, θ)`` acting by translation; base ``b = (φ,)``.
@@ -107,7 +107,7 @@ def _ball_section(b):
 
 
 def ball_on_turntable(rate=1.0, radius=1.0, mass=1.0, gyration2=None):
-    """Homogeneous ball rolling without sliding on a turntable spinning at ``rate`` Ω (seed 004
+    """Homogeneous ball rolling without sliding on a turntable spinning at ``rate`` Ω (Cabrera
     §5.2; affine constraints, §3.2), its contact point moved along a prescribed path.
 
     ``Q = R² × SO(3) ∋ ((x, y), h)`` with ``h`` the ball's attitude; ``G = SO(3)`` acts by
@@ -314,7 +314,7 @@ def magnetic_deforming_body(
     gyromagnetic=1.0,
     field=(0.0, 0.0, 1.0),
 ):
-    """Deforming body with magnetic moment ``M = γ J`` in a constant field ``B`` (seed 004
+    """Deforming body with magnetic moment ``M = γ J`` in a constant field ``B`` (Cabrera
     §5.4): the torque ``M × B`` makes the spatial angular momentum precess,
     ``dJ/dt = ω_l × J`` with the Larmor vector ``ω_l = −γB``.  The paper writes this as the
     affine constraint ``𝒜(ċ) = I⁻¹ h_M(t) L₀`` (61); here it is the equivalent spatial torque
@@ -401,7 +401,7 @@ def ball_in_ball(
     inertia_big=None,
     base="polar",
 ):
-    """A small ball rolling without slipping inside a free big ball (seed 004 §5.3: a robot
+    """A small ball rolling without slipping inside a free big ball (Cabrera §5.3: a robot
     inside a spacecraft), no external forces, the path of the small ball prescribed as seen
     from the big ball.
 

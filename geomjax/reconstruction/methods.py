@@ -131,7 +131,7 @@ def _rel(res, scale):
 
 
 class MomentumLGVI(AbstractMethod):
-    """Lie-group variational integrator with time-dependent inertia (seed 004, §2.3, §3.1–3.2).
+    """Lie-group variational integrator with time-dependent inertia (Cabrera, §2.3, §3.1–3.2).
 
     Discrete Lagrangian ``L_d(g_k, g_{k+1}) = h L_{d₀}(ξ_k, t_{k+½})`` with
     ``g_{k+1} = g_k exp(h ξ_k)``; variations ``η_k ∈ g^{d₀(t_k)} = ker C(t_k)``; the constraint
@@ -234,7 +234,7 @@ class ReconstructionRKMK4(AbstractMethod):
 
 
 class HorizontalLift(AbstractMethod):
-    """Horizontal lift of the base curve (seed 004 §4.3, Prop. 4.12; zero momentum, §4.2 with
+    """Horizontal lift of the base curve (Cabrera §4.3, Prop. 4.12; zero momentum, §4.2 with
     ``μ = 0``): ``ġ = g ξ(t)`` with ``ξ`` from ``Cξ = r`` and zero momentum along ``g^{d₀}``,
     i.e. ``ξ = −𝒜(ḋ₀)`` for linear constraints.  This *is* the physical motion when
     ``g^q = 0`` (purely kinematic constraints) or when ``D = TQ`` and the momentum vanishes.

@@ -1,4 +1,4 @@
-"""Reconstruction, holonomy and geometric/dynamic phases (seed 004, §4, App. 7).
+"""Reconstruction, holonomy and geometric/dynamic phases (Cabrera, *Base-controlled mechanical systems and geometric phases*, §4, App. 7).
 
 Orientation of the solid angle (the paper never defines it; pinned numerically in
 ``tests/reconstruction/test_phases.py``): :func:`solid_angle` is positive for a loop that turns

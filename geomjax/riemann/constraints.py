@@ -1,8 +1,8 @@
 """Ideal holonomic constraints: a submanifold of a flat ambient space given by a parametrization
 (:class:`Embedding`) or as a level set ``c(x) = 0`` (:class:`LevelSetConstraint`).
 
-Seed 000 (Modugno–Vitolo §2.2).  The ambient space carries a constant metric ``M`` — Euclidean,
-or the mass matrix of a system of particles (the kinetic-energy metric; seed 000 §3 uses the
+Modugno–Vitolo, *The geometry of Newton's law and rigid systems*, §2.2.  The ambient space carries a constant metric ``M`` — Euclidean,
+or the mass matrix of a system of particles (the kinetic-energy metric; Modugno–Vitolo §3 uses the
 weighted metric ``m_0 G_mul = diag(m_i)``).  *All* projections are orthogonal in ``M``, not in the
 Euclidean metric.  For a parametrization ``x = φ(q)`` with ``J = ∂φ/∂q``:
 
@@ -10,7 +10,7 @@ Euclidean metric.  For a parametrization ``x = φ(q)`` with ``J = ∂φ/∂q``:
 * tangent projection of a vector ``π^∥(X) = J g_con⁻¹ Jᵀ M X``, normal ``π^⊥ = 1 − π^∥``;
 * on covectors: intrinsic force ``F_con = i*F = Jᵀ F``; the lift of an intrinsic covector is
   ``j(ω) = M J g_con⁻¹ ω`` — with the inverse of the *induced* metric, not the tangent block of the
-  ambient inverse (misprint in seed 000 §2.2.1, see ``shared/notes/conventions.md``); normal part
+  ambient inverse (misprint in Modugno–Vitolo §2.2.1, see the documentation's Conventions page); normal part
   ``π_⊥(F) = F − j(Jᵀ F)``;
 * second fundamental form ``N(u, w) = π^⊥(∂²φ(u, w))`` (the ambient connection is flat, so the
   extrinsic acceleration is ``ẍ = J q̈ + ∂²φ(q̇, q̇)``, Gauss' splitting);
@@ -235,7 +235,7 @@ class Embedding(eqx.Module):
         return chk.done(fr.J @ qddot + curv)
 
     def reaction_force(self, q, qdot, force=None) -> jax.Array:
-        """Reaction of the ideal constraint (seed 000, Thm 2.1, eq. 2.2), a covector ``(N,)``.
+        """Reaction of the ideal constraint (Modugno–Vitolo, Thm 2.1, eq. 2.2), a covector ``(N,)``.
 
         ``R = M N(q̇, q̇) − π_⊥(F)``; equals ``M ẍ − F`` on the constrained motion and satisfies
         ``Jᵀ R = 0`` (zero power on every tangent velocity).

@@ -2,7 +2,7 @@
 (Arnold's formula) and in exponential coordinates.
 
 A left-invariant metric ``⟨ξ, η⟩ = ξᵀ I η`` (``I`` the inertia operator) makes a free rigid body a
-geodesic flow on G (Arnold 1966; seed 001, Chevallier §5).  Two descriptions of its connection are
+geodesic flow on G (Arnold 1966; Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity*, §5).  Two descriptions of its connection are
 provided, and must give the same geodesics as the Euler–Poincaré equation ``μ̇ = coad(ξ, μ)``,
 ``μ = Iξ``, with the reconstruction ``ġ = g ξ``:
 
@@ -17,7 +17,7 @@ provided, and must give the same geodesics as the Euler–Poincaré equation ``�
   principal ball of ``exp`` (``|ω| < π`` on SO(3)/SE(3)).
 
 Sign conventions as in :mod:`geomjax.lie`: ``ad(ξ)η = [ξ, η]`` and ``coad(ξ, μ) = ad(ξ)ᵀμ``
-(Chevallier and Cabrera write ``ad*_ξ = −ad(ξ)ᵀ``; see ``shared/notes/conventions.md``).
+(Chevallier and Cabrera write ``ad*_ξ = −ad(ξ)ᵀ``; see the documentation's Conventions page).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class LeftInvariantMetric(eqx.Module):
         group: any :class:`geomjax.lie.LieGroup` (``SO3``, ``SE3``, ``SE2``, ...).
         inertia: ``(dim,)`` diagonal (principal moments) or ``(dim, dim)`` symmetric positive
             definite.  On SE(3) in ``(ω, v)`` order the Newton–Euler inertia of a body of mass m
-            with centre of mass c is ``[[I_c + m|c|²1 − m ccᵀ, m ĉ], [m ĉᵀ, m 1]]`` (seed 001).
+            with centre of mass c is ``[[I_c + m|c|²1 − m ccᵀ, m ĉ], [m ĉᵀ, m 1]]`` (Chevallier).
 
     All methods act on single vectors of shape ``(dim,)``; batch with ``jax.vmap``.
     """

@@ -16,11 +16,11 @@ Index conventions (all arrays are indexed in the order the symbols are written):
   ``R(∂_i, ∂_j) ∂_k = R^l_{kij} ∂_l`` and ``R(X, Y) = ∇_X ∇_Y − ∇_Y ∇_X − ∇_{[X, Y]}``, so that a
   round sphere of radius ``a`` has sectional curvature ``+1/a²``.
 
-Newton's law (seed 000, Modugno–Vitolo §2.1, eq. 2.1): ``m g♭(∇ds) = F``, i.e.
+Newton's law (Modugno–Vitolo, *The geometry of Newton's law and rigid systems*, §2.1, eq. 2.1): ``m g♭(∇ds) = F``, i.e.
 ``m g_{ij} (q̈^j + Γ^j_{hk} q̇^h q̇^k) = F_i`` with the force a *covector*.  In coordinates this is
 the Euler–Lagrange operator of the kinetic energy ``K = ½ m g(q̇, q̇)`` (the "Lagrange formula" of
 §2.1.3), which is how :func:`geodesic_acceleration` evaluates ``Γ(v, v)`` without forming the
-``n³`` tensor.  Seed 000 writes ``L = K + U`` with ``F = dU`` in §2; geomjax uses ``L = K − V`` and
+``n³`` tensor.  Modugno–Vitolo writes ``L = K + U`` with ``F = dU`` in §2; geomjax uses ``L = K − V`` and
 ``F = −dV`` throughout (as §4.8 of the same paper does).
 """
 
@@ -157,7 +157,7 @@ def geodesic_acceleration(metric: Metric, q, v) -> jax.Array:
 
 
 def newton_acceleration(metric: Metric, q, v, force=None, mass=1.0) -> jax.Array:
-    """Acceleration from Newton's law ``m g♭(∇ds) = F`` (seed 000, eq. 2.1).
+    """Acceleration from Newton's law ``m g♭(∇ds) = F`` (Modugno–Vitolo, eq. 2.1).
 
     ``q̈ = −Γ(v, v) + g^{-1} F / m`` with ``force`` a covector ``F_i`` of shape ``(n,)`` (``None``:
     free motion, a geodesic) and ``mass`` a positive scalar.  Contraction only (no n³ tensor).

@@ -1,6 +1,6 @@
 """Time-dependent holonomic constraints and moving frames.
 
-**Moving constraints** (seed 002, Mangiarotti).  Event space ``M = R × R^N`` with absolute time,
+**Moving constraints** (Mangiarotti, *Mechanical systems and holonomic constraints*).  Event space ``M = R × R^N`` with absolute time,
 the inertial (flat) connection ∇ and the constant spatial metric ``M`` (mass included, as in the
 paper).  A constraint ``x = φ(t, q)`` is an "absolute time submanifold" N; in the adapted chart
 ``(t, q)`` (``q̇^0 = 1``, Greek indices include time ``0``):
@@ -23,7 +23,7 @@ paper).  A constraint ``x = φ(t, q)`` is an "absolute time submanifold" N; in t
 A moving constraint's reaction is still *ideal* — it annihilates every virtual displacement
 ``J δq`` — but it does work on the actual motion (``R·ẋ = R·∂_tφ``).
 
-**Moving frames** (seed 001, Chevallier, objectivity).  ``X = R(t) y + b(t)``: the same law seen
+**Moving frames** (Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity*, objectivity).  ``X = R(t) y + b(t)``: the same law seen
 from a rotating, accelerating frame acquires the inertial forces (frame components, body angular
 velocity ``ω``: ``Ṙ = R ω̂``)::
 
@@ -68,7 +68,7 @@ class _EventFrame(NamedTuple):
 
 
 class MovingEmbedding(eqx.Module):
-    """Time-dependent holonomic constraint ``x = φ(t, q)`` (seed 002).
+    """Time-dependent holonomic constraint ``x = φ(t, q)`` (Mangiarotti).
 
     Args:
         phi: ``phi(t, q) -> x``, ``(), (n,) -> (N,)``, an immersion in q for every t.

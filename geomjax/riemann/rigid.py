@@ -1,4 +1,4 @@
-"""Systems of n particles and rigid systems of particles (seed 000, Modugno–Vitolo §3–4).
+"""Systems of n particles and rigid systems of particles (Modugno–Vitolo, *The geometry of Newton's law and rigid systems*, §3–4).
 
 These live in :mod:`geomjax.riemann` rather than :mod:`geomjax.systems` on purpose: a rigid
 system here is a *constraint* — the submanifold ``P_rig ⊂ P_mul = (R³)ⁿ`` of the
@@ -26,7 +26,7 @@ orthogonal to the axis.  Pairwise-distance constraints do not describe rigidity 
 bodies with n ≥ 3 or coplanar ones with n ≥ 4 (their Jacobian is rank deficient); the tangent
 spaces here come from the group orbit ``v_i = v_0 + Ω × r_i`` instead.
 
-Misprints worked around (see ``shared/notes/conventions.md``): eq. (4.30) drops a factor ``m_0``
+Misprints worked around (see the documentation's Conventions page): eq. (4.30) drops a factor ``m_0``
 and misplaces ``Σ̂⁻¹``; the reaction used here is ``R_i = m_i a_i^rigid − F_i`` with the rigid
 acceleration from Newton–Euler, equivalently ``m_i N_i − F_⊥,i`` with the second fundamental form
 (4.27); in Thm 4.28 the annihilator condition is ``Σ r_i × α_i = 0``.
@@ -80,7 +80,7 @@ def _check_multi(x, n: int, name: str, where: str, d: int | None = 3):
 
 
 class ParticleSystem(eqx.Module):
-    """n free particles with masses ``m_i`` (seed 000 §3.1) and the centre-of-mass splitting.
+    """n free particles with masses ``m_i`` (Modugno–Vitolo §3.1) and the centre-of-mass splitting.
 
     Args:
         masses: ``(n,)`` positive masses.
@@ -180,7 +180,7 @@ class ParticleSystem(eqx.Module):
 
 
 class RigidSystem(ParticleSystem):
-    """A rigid system of n ≥ 2 particles (seed 000 §4).
+    """A rigid system of n ≥ 2 particles (Modugno–Vitolo §4).
 
     Args:
         masses: ``(n,)`` positive masses.

@@ -135,7 +135,7 @@ class AbstractSystem(eqx.Module):
 
 
 class AbstractLieGroupSystem(AbstractSystem):
-    """A left-invariant mechanical system on a Lie group G (a *generalized rigid body*, seed 001).
+    """A left-invariant mechanical system on a Lie group G (a *generalized rigid body*, Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity*).
 
     ``L(g, xi) = ½ <xi, I xi> − V(g)`` with ``xi = g^{-1} dg/dt``.  Its equations of motion are the
     forced Euler–Poincaré equations (left trivialization):

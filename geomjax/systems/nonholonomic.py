@@ -13,7 +13,7 @@ Everything else comes from autodiff: ``A = ∂C/∂v``, the momentum ``p = ∂L/
 ``∂²L/∂v²``, the left-trivialized configuration force ``D_q L`` (``<D_g L, eta> = d/dε
 L(g exp(ε eta), x, v)``) and the projection onto the constraint distribution.
 
-Equations of motion: the Lagrange–d'Alembert principle (seed 003, Romano et al., §6: for linear,
+Equations of motion: the Lagrange–d'Alembert principle (Romano et al., §6: for linear,
 possibly nonholonomic constraints with virtual velocities in ``Δ``, the law of motion is
 ``∇_v v − g^♯ F ∈ Δ^⊥`` — the reaction is a multiplier force in the *momentum* equation; not the
 vakonomic principle; 003 writes ``L = K + P`` with the load potential ``P = −V``), reduced on the

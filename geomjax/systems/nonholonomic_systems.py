@@ -1,7 +1,7 @@
 """The classic nonholonomic systems, each with its invariants and closed forms.
 
 * :class:`ChaplyginSleigh` — SE(2), a knife edge; energy conserved; tanh/sech body velocities.
-* :class:`VerticalRollingDisk` — ``(R² × S¹) × S¹``; seed 004 §5.1 (printed g(t) corrected).
+* :class:`VerticalRollingDisk` — ``(R² × S¹) × S¹``; Cabrera, *Base-controlled mechanical systems and geometric phases*, §5.1 (printed g(t) corrected).
 * :class:`BallOnTurntable` — ``SO(3) × R²``, affine (optionally time-dependent) constraints;
   vertical spin conserved, the centre moves on circles (closed form derived below).
 * :class:`ChaplyginSphere` — ``SO(3) × R²``, an unbalanced-inertia ball rolling on a fixed plane;
@@ -298,7 +298,7 @@ class PlanarCoordinates(AbstractNonholonomicSystem):
 
 # ================================================================================================
 class VerticalRollingDisk(AbstractNonholonomicSystem):
-    """A disk rolling upright on the plane (seed 004 §5.1; Bloch 2003, ch. 1).
+    """A disk rolling upright on the plane (Cabrera §5.1; Bloch 2003, ch. 1).
 
     Arguments:
         mass: ``m``; radius: ``R``; inertia: ``I`` about the rolling (symmetry) axis;
@@ -312,8 +312,8 @@ class VerticalRollingDisk(AbstractNonholonomicSystem):
         x' = R cos(phi) theta',   y' = R sin(phi) theta'     (rolling without slipping).
 
     ``zeta(phi) = (R cos phi, R sin phi, 1)`` spans ``g^q``; the nonholonomic momentum
-    ``J = <p, zeta> = (m R² + I) theta'`` is conserved (seed 004: ``λ'(mR² + I) = 0``), and
-    ``phi' `` is constant.  Closed form (seed 004 eq. after (33), **corrected**: the printed formula
+    ``J = <p, zeta> = (m R² + I) theta'`` is conserved (Cabrera: ``λ'(mR² + I) = 0``), and
+    ``phi' `` is constant.  Closed form (Cabrera eq. after (33), **corrected**: the printed formula
     carries stray factors ``m`` and ``I`` and ``cos`` in the y-component):
 
         phi(t) = phi0 + w t,   theta(t) = theta0 + theta' t,
@@ -393,7 +393,7 @@ def _spatial_omega(R, Omega):
 
 class BallOnTurntable(AbstractNonholonomicSystem):
     """A ball rolling without slipping on a turntable rotating about the vertical through the
-    origin with rate ``Omega(t) = table_rate + table_acceleration · t`` (seed 004 §5.2; Bloch 2003,
+    origin with rate ``Omega(t) = table_rate + table_acceleration · t`` (Cabrera §5.2; Bloch 2003,
     ch. 1; Neimark & Fufaev 1972).
 
     Arguments:
@@ -408,7 +408,7 @@ class BallOnTurntable(AbstractNonholonomicSystem):
 
         x' + a J omega_h = Omega(t) J x            (2 affine constraints, A depends on R),
 
-    which is seed 004's ``−x' + a omega_y = Omega y``, ``y' + a omega_x = Omega x``.
+    which is Cabrera's ``−x' + a omega_y = Omega y``, ``y' + a omega_x = Omega x``.
     Newton–Euler with the contact force ``F``: ``m x'' = F``, ``I omega' = −a e3 × F``; so the
     vertical spin ``omega_z`` is conserved and, with ``kappa = I / (I + m a²)`` (2/7 for a
     homogeneous ball), differentiating the constraint gives ``x'' = kappa d/dt(Omega J x)``:

@@ -1,6 +1,6 @@
 """Generalized rigid bodies: Euler–Poincaré systems on SO(3), SE(3) and any group of geomjax.lie.
 
-References: Chevallier (seed 001) for the generalized rigid body on a Lie group and the
+References: Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity* (Chevallier) for the generalized rigid body on a Lie group and the
 objective SE(3) inertia; Lee, Leok & McClamroch (2005) for the SO(3) rigid body with potentials.
 """
 
@@ -175,7 +175,7 @@ def _warn_triangle(I: np.ndarray) -> None:
 
 
 def newton_euler_inertia(mass, inertia_com, com=None):
-    """The objective 6×6 SE(3) inertia in ``(omega, v)`` order (notes on seed 001):
+    """The objective 6×6 SE(3) inertia in ``(omega, v)`` order (Chevallier):
 
         H = [[I_c + m(|c|² 1 − c c^T), m hat(c)], [m hat(c)^T, m 1]]
 

@@ -1,4 +1,4 @@
-"""Lagrangian mechanics in generalized coordinates (seed 003, Romano–Barretta–Diaco): the system
+"""Lagrangian mechanics in generalized coordinates (Romano–Barretta–Diaco, *On the general form of the law of dynamics*): the system
 :class:`LagrangianSystem` and the state :class:`VariationalState` integrated by the variational
 methods of :mod:`geomjax.integrators.variational` (:class:`~geomjax.integrators.DiscreteEulerLagrange`,
 :class:`~geomjax.integrators.RATTLE`, :class:`~geomjax.integrators.Impacts`), and the same

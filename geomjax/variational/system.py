@@ -6,14 +6,14 @@ kinetic-energy metric and a potential, ``L = ½ q̇ᵀ M(q) q̇ − V(q)`` — a
 control forces ``F(t, q, q̇, u)``, covectors ``(n,)`` (geomjax convention ``L = K − V``,
 ``F = −dV`` for potential forces).
 
-The continuous law (seed 003, Romano–Barretta–Diaco, Prop. 5.3 in the coordinate connection,
+The continuous law (Romano–Barretta–Diaco, *On the general form of the law of dynamics*, Prop. 5.3 in the coordinate connection,
 where the torsion vanishes — the sign misprint of the torsion term listed in
-``shared/notes/conventions.md`` is therefore immaterial here) is the forced Euler–Lagrange
+the documentation's Conventions page is therefore immaterial here) is the forced Euler–Lagrange
 equation
 
     d/dt ∂L/∂q̇ − ∂L/∂q = F(t, q, q̇, u)  (+ G(q)ᵀ λ with holonomic constraints g(q) = 0),
 
-and, at an impact with a unilateral constraint ``f(q) ≥ 0``, the jump condition of seed 003
+and, at an impact with a unilateral constraint ``f(q) ≥ 0``, the jump condition of Romano–Barretta–Diaco
 Thm 4.1: ``[[p]]·w = 0`` for every virtual velocity ``w`` tangent to the impact interface
 (``df(q)·w = 0``), i.e. ``p⁺ = p⁻ + Λ df(q)``.  The paper gives no law for ``Λ``;
 :class:`geomjax.integrators.Impacts` closes it by Newton's restitution law.

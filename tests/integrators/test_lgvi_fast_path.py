@@ -1,4 +1,4 @@
-"""``simulate`` scans control arrays in chunks of a few steps (issue 9 §4, a CPU speed fix): the
+"""``simulate`` scans control arrays in chunks of a few steps (, a CPU speed fix): the
 trajectory must be that of independent single steps (``method.step``) with the same controls."""
 
 import jax

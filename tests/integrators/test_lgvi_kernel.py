@@ -1,5 +1,5 @@
 """The hand-written batch-last LGVI kernel of ``benchmarks/bench_rigid_body.py`` (the reference of
-issue 9 §4) does the same work as ``geomjax.LGVI`` on the free rigid body: its result agrees with
+) does the same work as ``geomjax.LGVI`` on the free rigid body: its result agrees with
 ``simulate`` to round-off, so the throughput ratio in the benchmark compares equal work."""
 
 import importlib

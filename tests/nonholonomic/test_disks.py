@@ -1,5 +1,5 @@
 """Disks and Suslov's problem against closed forms and Newton–Euler / hand-written DOP853
-references: the tilting rolling disk (energy, steady motions), the vertical rolling disk (seed 004
+references: the tilting rolling disk (energy, steady motions), the vertical rolling disk (Cabrera, *Base-controlled mechanical systems and geometric phases*
 §5.1, misprint) and Suslov's problem."""
 
 import jax
@@ -98,7 +98,7 @@ def test_rolling_disk_steady_circular_motion():
 
 
 # --------------------------------------------------------------------------------------------
-# vertical rolling disk (seed 004 §5.1)
+# vertical rolling disk (Cabrera §5.1)
 
 VD = VerticalRollingDisk(mass=1.3, radius=0.6, inertia=0.2, inertia_vertical=0.1)
 VD0 = VD.state(0.1, 0.2, 0.3, 0.4, theta_dot=1.7, phi_dot=0.9)
@@ -123,7 +123,7 @@ def test_vertical_disk_closed_form_and_misprint():
         E = out["diag"]["energy"]
         assert float(jnp.max(jnp.abs(E - E[0]))) < 1e-13  # kinetic energy of constant rates
     assert 3.6 < errs[0] / errs[1] < 4.4, errs  # second order
-    # the formula printed in seed 004 (stray m and I, cos in the y-component) is far off
+    # the formula printed in Cabrera (stray m and I, cos in the y-component) is far off
     t = out["ts"]
     m, R, I, td = VD.mass, VD.radius, VD.inertia, VD0.v[2]
     phi0, w = VD0.x[0], VD0.v[3]

@@ -1,4 +1,4 @@
-"""The pieces that make the nonholonomic step cheap (issue 9 §1), each against an independent
+"""The pieces that make the nonholonomic step cheap, each against an independent
 computation: structural independence read from the jaxpr (and that skipping what it proves zero
 changes nothing), the Schur-complement saddle solve against LAPACK, the column-wise forward
 Jacobian against ``jax.jacfwd``, and the carried acceleration that seeds Newton."""

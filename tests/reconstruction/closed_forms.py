@@ -1,4 +1,4 @@
-"""Closed forms for the base-controlled examples of seed 004 and the works it builds on, derived
+"""Closed forms for the base-controlled examples of Cabrera, *Base-controlled mechanical systems and geometric phases* and the works it builds on, derived
 here by hand (NumPy/SciPy only; nothing from ``geomjax``).
 
 * §5.1 vertical disk, corrected (conventions.md): θ̇ constant,

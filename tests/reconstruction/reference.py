@@ -1,4 +1,4 @@
-"""Independent references for the base-controlled systems of seed 004 (Cabrera): SciPy DOP853 at
+"""Independent references for the base-controlled systems of Cabrera, *Base-controlled mechanical systems and geometric phases* (Cabrera): SciPy DOP853 at
 rtol = atol = 1e-12 on the FULL, UNREDUCED systems.
 
 Nothing here uses the paper's reduced equations (gauges, locked inertia, momentum equations,

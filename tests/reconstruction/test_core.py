@@ -1,4 +1,4 @@
-"""Base-controlled systems (seed 004): closed forms, conservation to round-off, gauge
+"""Base-controlled systems (Cabrera, *Base-controlled mechanical systems and geometric phases*): closed forms, conservation to round-off, gauge
 independence, convergence orders and bad inputs.
 
 Compiles are the cost here (every system is autodiffed to third order), so each test compiles

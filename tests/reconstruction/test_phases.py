@@ -1,4 +1,4 @@
-"""Phases and holonomy (seed 004 §4): solid-angle orientation, Montgomery's rigid-body phase,
+"""Phases and holonomy (Cabrera, *Base-controlled mechanical systems and geometric phases*, §4): solid-angle orientation, Montgomery's rigid-body phase,
 small-loop holonomy against the curvature (with its order), reparametrization invariance,
 gradients against finite differences and batched loops.
 

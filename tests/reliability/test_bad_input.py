@@ -1,4 +1,4 @@
-"""The bad-input table of the public API (issue 8 §2): every case asserts the error type and that
+"""The bad-input table of the public API: every case asserts the error type and that
 the message names the offending argument.  Rows are ``(id, thunk, error type, text the message
 must contain)``; the text is the argument's name as the user wrote it.
 """

@@ -1,4 +1,4 @@
-"""Degeneracy of SPD solves by a stated criterion (issue 8 §1), not by Cholesky happening to
+"""Degeneracy of SPD solves by a stated criterion, not by Cholesky happening to
 return NaN on a round-off pivot.
 
 Criterion (geomjax._linalg): ``ρ = min_i L_ii²/G_ii`` (pivot ratio of the Cholesky factor),

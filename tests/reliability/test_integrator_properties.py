@@ -1,4 +1,4 @@
-"""Property-based tests of the integrators (issue 8 §3): hypothesis draws inertias (including
+"""Property-based tests of the integrators: hypothesis draws inertias (including
 nearly symmetric bodies and full tensors in a rotated frame), momenta and stable step sizes;
 pytest parametrizes batch shape and dtype (so one compilation serves all examples of a case).
 

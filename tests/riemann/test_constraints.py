@@ -1,4 +1,4 @@
-"""Ideal holonomic constraints (seed 000 §2.2): closed forms, agreement of the embedding, level-set
+"""Ideal holonomic constraints (Modugno–Vitolo, *The geometry of Newton's law and rigid systems*, §2.2): closed forms, agreement of the embedding, level-set
 (Lagrange multiplier) and Euler–Lagrange routes in non-orthogonal charts with a non-diagonal mass
 metric, eq. (2.3) in an adapted chart, zero power, unit covariance, gradients, float32.
 

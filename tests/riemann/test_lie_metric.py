@@ -126,7 +126,7 @@ def test_geodesics_match_euler_poincare_reconstruction(G):
     rng = np.random.default_rng(11)
     if G.name == "SO3":
         I = random_inertia(3, 3)
-    else:  # Newton–Euler inertia in (ω, v) order: mass m, centre of mass c, inertia I_c (seed 001)
+    else:  # Newton–Euler inertia in (ω, v) order: mass m, centre of mass c, inertia I_c (Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity*)
         m, c = 2.0, np.array([0.1, -0.2, 0.15])
         chat = np.asarray(gj.SO3.hat(c))
         Ic = random_inertia(3, 4)

@@ -1,4 +1,4 @@
-"""Time-dependent constraints (seed 002) and moving frames (seed 001): closed forms for a bead on
+"""Time-dependent constraints (Mangiarotti, *Mechanical systems and holonomic constraints*) and moving frames (Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity*): closed forms for a bead on
 a rotating hoop, the Lagrangian route, the identities of Mangiarotti's eqs. (1), (10)–(21), and
 objectivity — motions (free or constrained) computed in a rotating, accelerating frame and
 transformed back equal the inertial ones.

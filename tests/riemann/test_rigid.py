@@ -1,4 +1,4 @@
-"""n-particle and rigid systems (seed 000 §3–4).
+"""n-particle and rigid systems (Modugno–Vitolo, *The geometry of Newton's law and rigid systems*, §3–4).
 
 References: the definitions evaluated directly in NumPy (centre of mass, Σ m r × v, inertia), hand
 closed forms (dumbbell tension μ|v_rel|²/L with μ = m₁m₂/(m₁+m₂), perpendicular-axis theorem,
