@@ -638,29 +638,23 @@ def quadrotor_actuation(d_cog=QUADROTOR["d_cog"], cf=QUADROTOR["cf"], cm=QUADROT
     return jnp.asarray(torque + force, jnp.result_type(float))
 
 
-class _QuadrotorStage(eqx.Module):
+class _QuadrotorResidual(eqx.Module):
+    """crocoddyl's running residuals stacked: xReg ``(log g, ξ)`` (12), uReg ``u`` (4),
+    trackPose ``log(g_target⁻¹ g)`` (6)."""
+
     target: jax.Array
     system: RigidBodySE3
-    w_state: jax.Array
-    w_reg: float
-    w_u: float
-    w_track: float
 
     def __call__(self, t, x, u):
-        # crocoddyl's xReg: ½ Σ w r² of r = (log g, ξ), weights 1e3 on rotation and velocity,
-        # 0.1 on translation; uReg ½|u|²; trackPose ½|log(g_target⁻¹ g)|²
-        r = jnp.concatenate([SE3.log(x.g), self.system.velocity(x.mu)])
-        xreg = 0.5 * jnp.sum(self.w_state * r**2)
-        track = 0.5 * jnp.sum(SE3.rminus(x.g, self.target) ** 2)
-        return self.w_reg * xreg + self.w_u * 0.5 * jnp.sum(u**2) + self.w_track * track
+        xi = self.system.velocity(x.mu)
+        return jnp.concatenate([SE3.log(x.g), xi, u, SE3.rminus(x.g, self.target)])
 
 
-class _PoseTerminal(eqx.Module):
+class _PoseResidual(eqx.Module):
     target: jax.Array
-    weight: float
 
     def __call__(self, x):
-        return self.weight * 0.5 * jnp.sum(SE3.rminus(x.g, self.target) ** 2)
+        return SE3.rminus(x.g, self.target)
 
 
 def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0), dtype=None):
@@ -675,7 +669,7 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
     :class:`SemiImplicitEuler` (crocoddyl's integrator); any geomjax method (e.g.
     :class:`~geomjax.LGVI`) can be passed."""
     from ..systems.potentials import SE3Gravity
-    from .trajopt import Actuated, OptimalControlProblem
+    from .trajopt import Actuated, OptimalControlProblem, ResidualCost
 
     c = QUADROTOR
     dtype = dtype or jnp.result_type(float)
@@ -688,8 +682,11 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
         SemiImplicitEuler() if method is None else method, quadrotor_actuation().astype(dtype)
     )
     g_target = SE3.from_rotation_translation(jnp.eye(3, dtype=dtype), jnp.asarray(target, dtype))
-    w_state = jnp.asarray([1e3] * 3 + [0.1] * 3 + [1e3] * 6, dtype)
-    stage = _QuadrotorStage(g_target, system, w_state, 1e-6, 1e-6, 1e-2)
+    # crocoddyl: xReg weight 1e-6 with activation weights 1e3 (rotation, velocity) and 0.1
+    # (translation); uReg 1e-6; trackPose 1e-2; goalPose (terminal) 3
+    w = [1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1e-2] * 6
+    stage = ResidualCost(_QuadrotorResidual(g_target, system), jnp.asarray(w, dtype))
+    terminal = ResidualCost(_PoseResidual(g_target), jnp.asarray(3.0, dtype), terminal=True)
     x0 = LieGroupState(jnp.eye(4, dtype=dtype), jnp.zeros(6, dtype))
     kw = {}
     if bounded:
@@ -703,7 +700,7 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
         c["dt"],
         c["steps"],
         stage,
-        _PoseTerminal(g_target, 3.0),
+        terminal,
         control_dim=4,
         **kw,
     )
@@ -726,12 +723,10 @@ class _AttitudeTarget(eqx.Module):
         return jnp.concatenate([SO3.rminus(x.R, self.target), self.system.velocity(x.Pi)])
 
 
-class _Penalty(eqx.Module):
-    residual: eqx.Module
-    weight: float
+def _penalty(residual, weight):
+    from .trajopt import ResidualCost
 
-    def __call__(self, x):
-        return 0.5 * self.weight * jnp.sum(self.residual(x) ** 2)
+    return ResidualCost(residual, weight, terminal=True)
 
 
 def attitude_problem(
@@ -766,7 +761,7 @@ def attitude_problem(
         kw["terminal_equality"] = res
         terminal = None
     else:
-        terminal = _Penalty(res, weight)
+        terminal = _penalty(res, weight)
     return OptimalControlProblem(
         system,
         LGVI() if method is None else method,
@@ -836,7 +831,7 @@ def cartpole_problem(
         kw["terminal_equality"] = res
         terminal = None
     else:
-        terminal = _Penalty(res, weight)
+        terminal = _penalty(res, weight)
     return OptimalControlProblem(
         system,
         DiscreteEulerLagrange() if method is None else method,

@@ -10,7 +10,7 @@ import pytest
 
 import geomjax as gj
 from geomjax.control import optimize
-from geomjax.control.examples import attitude_problem, cartpole_problem, quadrotor_problem
+from geomjax.control.examples import attitude_problem, quadrotor_problem
 from geomjax.control.trajopt import (
     DDP,
     ILQR,
@@ -47,7 +47,7 @@ def test_box_qp_matches_enumeration_of_active_sets():
         H = A @ A.T + 0.1 * np.eye(m)
         g = rng.normal(size=m) * 3
         lo, hi = -np.ones(m) * 0.5, np.ones(m) * 0.7
-        x, free, _, ok = box_qp(
+        x, _, _, ok = box_qp(
             jnp.asarray(H), jnp.asarray(g), jnp.asarray(lo), jnp.asarray(hi), jnp.zeros(m)
         )
         best, fbest = None, np.inf
@@ -190,20 +190,20 @@ def _tiny():
 def test_bad_input_names_the_argument():
     sys_, x0 = _tiny()
 
-    def l(t, x, u):
+    def effort(t, x, u):
         return jnp.sum(u**2)
 
     with pytest.raises(ValueError, match="'lower' and 'upper'"):
         OptimalControlProblem(
-            sys_, gj.RKMK4(), x0, 0.1, 5, l, control_dim=3, lower=jnp.ones(3), upper=jnp.zeros(3)
+            sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3, lower=jnp.ones(3), upper=jnp.zeros(3)
         )
     with pytest.raises(ValueError, match="'lower'"):
-        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, l, control_dim=3, lower=jnp.ones(2))
+        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3, lower=jnp.ones(2))
     with pytest.raises(ValueError, match="'stage_cost'"):
         OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, lambda t, x, u: u, control_dim=3)
     with pytest.raises(ValueError, match="'steps'"):
-        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 0, l, control_dim=3)
-    prob = OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, l, control_dim=3)
+        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 0, effort, control_dim=3)
+    prob = OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3)
     with pytest.raises(ValueError, match="'us'"):
         solve_ocp(prob, ILQR(), us=jnp.zeros((4, 3)))
     with pytest.raises(ValueError, match="'xs'"):
