@@ -180,6 +180,11 @@ from .control import GroupParam, OptimizeResult, optimize, optimize_restarts  # 
 
 __all__ += ["GroupParam", "OptimizeResult", "control", "optimize", "optimize_restarts"]
 
+# --- second-order trajectory optimization: DDP / iLQR / augmented Lagrangian ---------------------
+from .control import DDP, ILQR, AugmentedLagrangian, OptimalControlProblem, solve_ocp  # noqa: E402
+
+__all__ += ["DDP", "ILQR", "AugmentedLagrangian", "OptimalControlProblem", "solve_ocp"]
+
 # last: everything imported so far lives as long as the process (geomjax._gc)
 from . import _gc  # noqa: E402
 

@@ -195,10 +195,20 @@ def test_bad_input_names_the_argument():
 
     with pytest.raises(ValueError, match="'lower' and 'upper'"):
         OptimalControlProblem(
-            sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3, lower=jnp.ones(3), upper=jnp.zeros(3)
+            sys_,
+            gj.RKMK4(),
+            x0,
+            0.1,
+            5,
+            effort,
+            control_dim=3,
+            lower=jnp.ones(3),
+            upper=jnp.zeros(3),
         )
     with pytest.raises(ValueError, match="'lower'"):
-        OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3, lower=jnp.ones(2))
+        OptimalControlProblem(
+            sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3, lower=jnp.ones(2)
+        )
     with pytest.raises(ValueError, match="'stage_cost'"):
         OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, lambda t, x, u: u, control_dim=3)
     with pytest.raises(ValueError, match="'steps'"):
