@@ -118,11 +118,11 @@ def test_bounds_exact_and_kkt_by_finite_differences(solver):
 # --- re-simulation by DOP853 -------------------------------------------------------------------
 def test_attitude_exact_target_lgvi_resimulated_by_dop853():
     """Torque-limited rest-to-rest manoeuvre with the target as a terminal equality (augmented
-    Lagrangian around DDP) on the LGVI, then the zero-order-hold torques re-simulated by DOP853 on
+    Lagrangian around iLQR) on the LGVI, then the zero-order-hold torques re-simulated by DOP853 on
     the unreduced spatial equations."""
     steps, T = 40, 4.0
     prob = attitude_problem(torque_max=0.2, steps=steps, duration=T)
-    sol = solve_ocp(prob, AugmentedLagrangian(inner=DDP()), max_iters=20)
+    sol = solve_ocp(prob, AugmentedLagrangian(inner=ILQR()), max_iters=20)
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6
     us = np.asarray(sol.us)
