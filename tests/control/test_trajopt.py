@@ -47,7 +47,7 @@ def test_box_qp_matches_enumeration_of_active_sets():
         H = A @ A.T + 0.1 * np.eye(m)
         g = rng.normal(size=m) * 3
         lo, hi = -np.ones(m) * 0.5, np.ones(m) * 0.7
-        x, _, _, ok = box_qp(
+        x, _, _, ok = jax.jit(box_qp)(
             jnp.asarray(H), jnp.asarray(g), jnp.asarray(lo), jnp.asarray(hi), jnp.zeros(m)
         )
         best, fbest = None, np.inf
@@ -76,14 +76,15 @@ def _attitude_penalty(**kw):
 
 def test_ilqr_ddp_and_lbfgs_agree_on_smooth_optimum():
     prob = _attitude_penalty()
-    a = solve_ocp(prob, ILQR(), max_iters=100)
-    b = solve_ocp(prob, DDP(), max_iters=100)
+    # a tight stop (expected improvement ≤ 1e-13 (1 + J), i.e. |∇J| ~ 1e-7): the solutions are
+    # then compared at 1e-5
+    a = solve_ocp(prob, ILQR(tol=1e-13), max_iters=100)
+    b = solve_ocp(prob, DDP(tol=1e-13), max_iters=100)
     assert a.stop_reason == "converged" and b.stop_reason == "converged"
     J = _rollout_cost(prob)
     res = optimize(jax.jit(J), a.us * 0, "lbfgs", steps=400, gtol=1e-9, progress=False)
     # the optimum is isolated and strongly convex in u (effort term): the three minimizers agree
-    # to the solvers' tolerances (DDP/iLQR stop at an expected improvement ~1e-10 |J|, i.e. a
-    # gradient ~1e-5 relative; L-BFGS at |∇J| ≤ 1e-9)
+    # to the solvers' tolerances (L-BFGS at |∇J| ≤ 1e-9)
     np.testing.assert_allclose(a.us, b.us, atol=1e-5)
     np.testing.assert_allclose(a.us, res.params, atol=1e-4)
     np.testing.assert_allclose(float(a.cost), float(res.loss), rtol=1e-8)
