@@ -723,10 +723,18 @@ class _AttitudeTarget(eqx.Module):
         return jnp.concatenate([SO3.rminus(x.R, self.target), self.system.velocity(x.Pi)])
 
 
-def _penalty(residual, weight):
+def _limits_and_target(limit, m, dtype, residual, exact, weight):
+    """Symmetric control limits ``|u_i| ≤ limit`` (None: none) and the target either as a
+    terminal equality (``exact``) or as the penalty ``weight/2 |residual|²``: ``(kw, terminal)``."""
     from .trajopt import ResidualCost
 
-    return ResidualCost(residual, weight, terminal=True)
+    kw = {}
+    if limit is not None:
+        kw = dict(lower=jnp.full(m, -limit, dtype), upper=jnp.full(m, limit, dtype))
+    if exact:
+        kw["terminal_equality"] = residual
+        return kw, None
+    return kw, ResidualCost(residual, weight, terminal=True)
 
 
 def attitude_problem(
@@ -754,14 +762,7 @@ def attitude_problem(
     Rt = SO3.from_axis_angle(axis, jnp.asarray(angle, dtype))
     x0 = RigidBodyState(jnp.eye(3, dtype=dtype), jnp.zeros(3, dtype))
     res = _AttitudeTarget(Rt, system)
-    kw = {}
-    if torque_max is not None:
-        kw = dict(lower=jnp.full(3, -torque_max, dtype), upper=jnp.full(3, torque_max, dtype))
-    if exact_target:
-        kw["terminal_equality"] = res
-        terminal = None
-    else:
-        terminal = _penalty(res, weight)
+    kw, terminal = _limits_and_target(torque_max, 3, dtype, res, exact_target, weight)
     return OptimalControlProblem(
         system,
         LGVI() if method is None else method,
@@ -823,15 +824,9 @@ def cartpole_problem(
 
     system = LagrangianSystem(metric=metric, potential=potential, force=force, dim=2)
     x0 = VariationalState(jnp.zeros(2, dtype), jnp.zeros(2, dtype), jnp.zeros(0, dtype))
-    kw = {}
-    if force_max is not None:
-        kw = dict(lower=jnp.full(1, -force_max, dtype), upper=jnp.full(1, force_max, dtype))
-    res = _CartPoleTerminal()
-    if exact_target:
-        kw["terminal_equality"] = res
-        terminal = None
-    else:
-        terminal = _penalty(res, weight)
+    kw, terminal = _limits_and_target(
+        force_max, 1, dtype, _CartPoleTerminal(), exact_target, weight
+    )
     return OptimalControlProblem(
         system,
         DiscreteEulerLagrange() if method is None else method,
