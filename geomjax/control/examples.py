@@ -820,6 +820,8 @@ def cartpole_problem(
         return -mp * g * l * jnp.cos(q[1])
 
     def force(t, q, qdot, u):
+        if u is None:
+            return jnp.zeros(2, q.dtype)
         return jnp.stack([u[0], jnp.zeros((), q.dtype)])
 
     system = LagrangianSystem(metric=metric, potential=potential, force=force, dim=2)
