@@ -139,10 +139,11 @@ def test_attitude_exact_target_lgvi_resimulated_by_dop853():
     assert np.linalg.norm(w) <= 1e-2
 
 
-def test_quadrotor_reaches_target_and_resimulates():
-    """crocoddyl's quadrotor example: cost decreases monotonically, the final pose is near the
-    target, and the thrusts re-simulated by DOP853 (continuous Newton–Euler equations with
-    gravity) land within the first-order integrator's error."""
+def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
+    """crocoddyl's quadrotor example with its thrust limits (0.1 ≤ f_i ≤ 5): the cost decreases
+    monotonically over the accepted steps, the thrusts stay in the box, and the final position
+    is near the target.  (The unbounded example's optimum is compared with crocoddyl's own in
+    benchmarks/bench_trajopt.py.)"""
     prob = quadrotor_problem(bounded=True)
     sol = solve_ocp(prob, DDP(), max_iters=100)
     assert sol.stop_reason == "converged", sol.message
@@ -177,8 +178,12 @@ def test_float32_run():
         ILQR(),
         max_iters=100,
     )
-    # float32 round-off through 20 steps and a regularized Newton solve: ~1e-5 relative
-    np.testing.assert_allclose(np.asarray(sol.us), np.asarray(ref.us), atol=2e-3)
+    # float32 stops at an expected improvement of 1e-5 (1 + J): a control error up to
+    # sqrt(2e-5 (1 + J) / λ_min(Q_uu)) with Q_uu ~ dt = 0.2, J ~ 1: ~1e-2 (measured 3e-3 near a
+    # bound that switches); the cost is flat at the optimum (error quadratic in that)
+    np.testing.assert_allclose(np.asarray(sol.us), np.asarray(ref.us), atol=1e-2)
+    np.testing.assert_allclose(float(sol.cost), float(ref.cost), rtol=1e-4)
+    assert np.abs(np.asarray(sol.us)).max() <= np.float32(0.2)
 
 
 # --- bad input, status ---------------------------------------------------------------------------
