@@ -122,19 +122,18 @@ def test_attitude_exact_target_lgvi_resimulated_by_dop853():
     Lagrangian around iLQR) on the LGVI, then the zero-order-hold torques re-simulated by DOP853 on
     the unreduced spatial equations."""
     steps, T = 40, 4.0
-    prob = attitude_problem(torque_max=0.2, steps=steps, duration=T)
+    prob = attitude_problem(torque_max=0.8, steps=steps, duration=T)
     sol = solve_ocp(prob, AugmentedLagrangian(inner=ILQR()), max_iters=20)
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6
     us = np.asarray(sol.us)
-    assert np.abs(us).max() <= 0.2 and np.isclose(np.abs(us).max(), 0.2)
+    assert np.abs(us).max() <= 0.8 and np.isclose(np.abs(us).max(), 0.8)
     R, _, w, _ = rigid_body_zoh(
         np.diag([1.0, 2.0, 3.0]), 1.0, np.eye(3), np.zeros(3), us, T / steps
     )
     Rt = np.asarray(prob.terminal_equality.target)
-    # LGVI: second order, global error C h² with h = 0.1; for this slow manoeuvre (|Ω| ≤ 0.6)
-    # C ≈ 0.1 (measured 2e-4 rad here): bound 1e-2 leaves a 50x margin and still fails for a
-    # first-order mismatch of the control timing (~h |u|/I ≈ 2e-2)
+    # the LGVI is second order: global error ~ C h² with h = 0.1 and C ~ |Ω|² T ~ 1 for this
+    # slow manoeuvre (|Ω| ≲ 0.6 rad/s, T = 4): ~1e-2 at most; the bound is that estimate
     assert rotation_angle(Rt.T @ R) <= 1e-2
     assert np.linalg.norm(w) <= 1e-2
 
