@@ -24,7 +24,17 @@ from importlib.metadata import version as _version
 
 from . import _xla as _xla  # sets XLA_FLAGS at import, before anything can compute
 from . import control, integrators, lie, reconstruction, riemann, systems, variational
-from .control import GroupParam, OptimizeResult, optimize, optimize_restarts
+from .control import (
+    DDP,
+    ILQR,
+    AugmentedLagrangian,
+    GroupParam,
+    OptimalControlProblem,
+    OptimizeResult,
+    optimize,
+    optimize_restarts,
+    solve_ocp,
+)
 from .integrators import (
     LGVI,
     RATTLE,
@@ -183,6 +193,11 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "optimize_restarts",
     "OptimizeResult",
     "GroupParam",
+    "OptimalControlProblem",
+    "solve_ocp",
+    "ILQR",
+    "DDP",
+    "AugmentedLagrangian",
 ]
 
 # last: everything imported so far lives as long as the process (geomjax._gc)

@@ -4,7 +4,8 @@ Choose how a body changes shape, where a rolling contact goes or which torques a
 induced group motion reaches a target: parametrize the base curve or the controls
 (:mod:`~geomjax.control.curves`), simulate with any geomjax integrator, score the result with
 composable losses (:mod:`~geomjax.control.losses`) and differentiate through everything with
-:func:`optimize`.  Worked problems live in :mod:`geomjax.control.examples`.
+:func:`optimize`; or state an :class:`OptimalControlProblem` and solve it with second-order,
+control-limited DDP / iLQR (:func:`solve_ocp`, :mod:`~geomjax.control.trajopt`).  Worked problems live in :mod:`geomjax.control.examples`.
 """
 
 from .curves import (
@@ -31,18 +32,39 @@ from .losses import (
     path_length,
 )
 from .optimize import GroupParam, OptimizeResult, optimize, optimize_restarts
+from .trajopt import (
+    DDP,
+    ILQR,
+    Actuated,
+    AugmentedLagrangian,
+    EuclideanChart,
+    LieGroupChart,
+    OCPSolution,
+    OptimalControlProblem,
+    ResidualCost,
+    solve_ocp,
+)
 
 __all__ = [
+    "DDP",
+    "ILQR",
     "AbstractPath",
     "AbstractTimeLaw",
+    "Actuated",
+    "AugmentedLagrangian",
+    "EuclideanChart",
     "FourierLoop",
     "GroupParam",
+    "LieGroupChart",
     "LinearTimeLaw",
     "Loss",
+    "OCPSolution",
     "OpenCurve",
+    "OptimalControlProblem",
     "OptimizeResult",
     "PeriodicSpline",
     "PiecewiseLinearTimeLaw",
+    "ResidualCost",
     "SmoothStepTimeLaw",
     "SphereLoop",
     "Trajectory",
@@ -56,4 +78,5 @@ __all__ = [
     "optimize_restarts",
     "path_energy",
     "path_length",
+    "solve_ocp",
 ]

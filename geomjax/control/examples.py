@@ -579,29 +579,23 @@ def quadrotor_actuation(d_cog=QUADROTOR["d_cog"], cf=QUADROTOR["cf"], cm=QUADROT
     return jnp.asarray(torque + force, jnp.result_type(float))
 
 
-class _QuadrotorStage(eqx.Module):
+class _QuadrotorResidual(eqx.Module):
+    """crocoddyl's running residuals stacked: xReg ``(log g, ξ)`` (12), uReg ``u`` (4),
+    trackPose ``log(g_target⁻¹ g)`` (6)."""
+
     target: jax.Array
     system: RigidBodySE3
-    w_state: jax.Array
-    w_reg: float
-    w_u: float
-    w_track: float
 
     def __call__(self, t, x, u):
-        # crocoddyl's xReg: ½ Σ w r² of r = (log g, ξ), weights 1e3 on rotation and velocity,
-        # 0.1 on translation; uReg ½|u|²; trackPose ½|log(g_target⁻¹ g)|²
-        r = jnp.concatenate([SE3.log(x.g), self.system.velocity(x.mu)])
-        xreg = 0.5 * jnp.sum(self.w_state * r**2)
-        track = 0.5 * jnp.sum(SE3.rminus(x.g, self.target) ** 2)
-        return self.w_reg * xreg + self.w_u * 0.5 * jnp.sum(u**2) + self.w_track * track
+        xi = self.system.velocity(x.mu)
+        return jnp.concatenate([SE3.log(x.g), xi, u, SE3.rminus(x.g, self.target)])
 
 
-class _PoseTerminal(eqx.Module):
+class _PoseResidual(eqx.Module):
     target: jax.Array
-    weight: float
 
     def __call__(self, x):
-        return self.weight * 0.5 * jnp.sum(SE3.rminus(x.g, self.target) ** 2)
+        return SE3.rminus(x.g, self.target)
 
 
 def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0), dtype=None):
@@ -616,7 +610,7 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
     :class:`SemiImplicitEuler` (crocoddyl's integrator); any geomjax method (e.g.
     :class:`~geomjax.LGVI`) can be passed."""
     from ..systems.potentials import SE3Gravity
-    from .trajopt import Actuated, OptimalControlProblem
+    from .trajopt import Actuated, OptimalControlProblem, ResidualCost
 
     c = QUADROTOR
     dtype = dtype or jnp.result_type(float)
@@ -629,8 +623,11 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
         SemiImplicitEuler() if method is None else method, quadrotor_actuation().astype(dtype)
     )
     g_target = SE3.from_rotation_translation(jnp.eye(3, dtype=dtype), jnp.asarray(target, dtype))
-    w_state = jnp.asarray([1e3] * 3 + [0.1] * 3 + [1e3] * 6, dtype)
-    stage = _QuadrotorStage(g_target, system, w_state, 1e-6, 1e-6, 1e-2)
+    # crocoddyl: xReg weight 1e-6 with activation weights 1e3 (rotation, velocity) and 0.1
+    # (translation); uReg 1e-6; trackPose 1e-2; goalPose (terminal) 3
+    w = [1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1e-2] * 6
+    stage = ResidualCost(_QuadrotorResidual(g_target, system), jnp.asarray(w, dtype))
+    terminal = ResidualCost(_PoseResidual(g_target), jnp.asarray(3.0, dtype), terminal=True)
     x0 = LieGroupState(jnp.eye(4, dtype=dtype), jnp.zeros(6, dtype))
     kw = {}
     if bounded:
@@ -644,7 +641,7 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
         c["dt"],
         c["steps"],
         stage,
-        _PoseTerminal(g_target, 3.0),
+        terminal,
         control_dim=4,
         **kw,
     )
@@ -667,16 +664,22 @@ class _AttitudeTarget(eqx.Module):
         return jnp.concatenate([SO3.rminus(x.R, self.target), self.system.velocity(x.Pi)])
 
 
-class _Penalty(eqx.Module):
-    residual: eqx.Module
-    weight: float
+def _limits_and_target(limit, m, dtype, residual, exact, weight):
+    """Symmetric control limits ``|u_i| ≤ limit`` (None: none) and the target either as a
+    terminal equality (``exact``) or as the penalty ``weight/2 |residual|²``: ``(kw, terminal)``."""
+    from .trajopt import ResidualCost
 
-    def __call__(self, x):
-        return 0.5 * self.weight * jnp.sum(self.residual(x) ** 2)
+    kw = {}
+    if limit is not None:
+        kw = dict(lower=jnp.full(m, -limit, dtype), upper=jnp.full(m, limit, dtype))
+    if exact:
+        kw["terminal_equality"] = residual
+        return kw, None
+    return kw, ResidualCost(residual, weight, terminal=True)
 
 
 def attitude_problem(
-    torque_max=0.2,
+    torque_max=0.8,
     inertia=(1.0, 2.0, 3.0),
     angle=1.5,
     duration=4.0,
@@ -691,7 +694,11 @@ def attitude_problem(
     rest to rest at ``exp(angle · (1, 2, −1)/√6)``.  ``exact_target``: the final state as a
     terminal equality (solve with :class:`~geomjax.control.trajopt.AugmentedLagrangian`);
     otherwise the penalty ``weight/2 (|log(R*⁻¹R)|² + |Ω|²)``.  Default method: :class:`~geomjax.LGVI`.
-    The default limit 0.2 is active (the unbounded optimum peaks near 0.3 per axis)."""
+    The default limit 0.8 is active and feasible: the minimum-effort single-axis profiles
+    ``u_i = 6 θ_i I_i/T² (1 − 2t/T)`` peak at (0.23, 0.92, 0.69) for the rotation vector
+    ``θ = 1.5 (1, 2, −1)/√6`` and inertia (1, 2, 3), while bang-bang needs ``4 I_i |θ_i|/T² =
+    (0.15, 0.61, 0.46)`` (a limit below that makes the exact target unreachable: the augmented
+    Lagrangian then reports ``constraints_not_met``)."""
     from .trajopt import OptimalControlProblem
 
     dtype = dtype or jnp.result_type(float)
@@ -700,14 +707,7 @@ def attitude_problem(
     Rt = SO3.from_axis_angle(axis, jnp.asarray(angle, dtype))
     x0 = RigidBodyState(jnp.eye(3, dtype=dtype), jnp.zeros(3, dtype))
     res = _AttitudeTarget(Rt, system)
-    kw = {}
-    if torque_max is not None:
-        kw = dict(lower=jnp.full(3, -torque_max, dtype), upper=jnp.full(3, torque_max, dtype))
-    if exact_target:
-        kw["terminal_equality"] = res
-        terminal = None
-    else:
-        terminal = _Penalty(res, weight)
+    kw, terminal = _limits_and_target(torque_max, 3, dtype, res, exact_target, weight)
     return OptimalControlProblem(
         system,
         LGVI() if method is None else method,
@@ -765,19 +765,15 @@ def cartpole_problem(
         return -mp * g * l * jnp.cos(q[1])
 
     def force(t, q, qdot, u):
+        if u is None:
+            return jnp.zeros(2, q.dtype)
         return jnp.stack([u[0], jnp.zeros((), q.dtype)])
 
     system = LagrangianSystem(metric=metric, potential=potential, force=force, dim=2)
     x0 = VariationalState(jnp.zeros(2, dtype), jnp.zeros(2, dtype), jnp.zeros(0, dtype))
-    kw = {}
-    if force_max is not None:
-        kw = dict(lower=jnp.full(1, -force_max, dtype), upper=jnp.full(1, force_max, dtype))
-    res = _CartPoleTerminal()
-    if exact_target:
-        kw["terminal_equality"] = res
-        terminal = None
-    else:
-        terminal = _Penalty(res, weight)
+    kw, terminal = _limits_and_target(
+        force_max, 1, dtype, _CartPoleTerminal(), exact_target, weight
+    )
     return OptimalControlProblem(
         system,
         DiscreteEulerLagrange() if method is None else method,

@@ -59,6 +59,7 @@ from jax.flatten_util import ravel_pytree
 
 from ..integrators.base import AbstractMethod
 from ..integrators.simulate import ConvergenceError
+from ..lie import LieGroup
 from ..systems.base import AbstractLieGroupSystem
 
 __all__ = [
@@ -93,18 +94,46 @@ class AbstractStateChart(eqx.Module):
 
 
 class LieGroupChart(AbstractStateChart):
-    """``(g, μ) ⊕ (η, ν) = (g·exp(η), μ + ν)``: left-trivialized perturbations of a state of an
-    :class:`~geomjax.systems.AbstractLieGroupSystem` (through its ``split``/``make_state``)."""
+    """``(g, μ) ⊕ (η, ν) = (g·r(η), μ + ν)`` and ``(g', μ') ⊖ (g, μ) = (r⁻¹(g⁻¹g'), μ' − μ)``:
+    left-trivialized perturbations of a state of an
+    :class:`~geomjax.systems.AbstractLieGroupSystem` (through its ``split``/``make_state``).
+
+    ``retraction="cayley"`` (default, where the group has a Cayley map; else exp): ``r = cay``,
+    ``r⁻¹ = cay⁻¹`` (:meth:`LieGroup.cay`);
+    ``"exp"``: ``r = exp``, ``r⁻¹ = log``.  ``cay(ξ) = exp(ξ) + O(|ξ|³)``, so both charts have
+    the same first and second derivatives at ``δ = 0``: at a rollout (no gaps) the
+    linearization ``A, B``, the cost derivatives and DDP's second-order terms are those of the
+    exponential chart, while the rational Cayley map is far cheaper to differentiate twice
+    (compile time: the second derivatives of the quaternion-based SO(3) logarithm are ~7× the
+    program)."""
+
+    retraction: str = eqx.field(static=True, default="cayley")
+
+    def __check_init__(self):
+        if self.retraction not in ("cayley", "exp"):
+            raise ValueError(
+                "LieGroupChart: argument 'retraction' must be 'cayley' or 'exp', "
+                f"got {self.retraction!r}"
+            )
+
+    def _cayley(self, G) -> bool:
+        # groups without a Cayley map (the base class raises) use exp/log
+        return self.retraction == "cayley" and type(G).cay is not LieGroup.cay
 
     def plus(self, system, x, d):
         g, mu = system.split(x)
-        n = system.group.dim
-        return system.make_state(system.group.rplus(g, d[:n]), mu + d[n:])
+        G = system.group
+        n = G.dim
+        r = G.cay(d[:n]) if self._cayley(G) else G.exp(d[:n])
+        return system.make_state(G.compose(g, r), mu + d[n:])
 
     def minus(self, system, y, x):
         gy, muy = system.split(y)
         gx, mux = system.split(x)
-        return jnp.concatenate([system.group.rminus(gy, gx), muy - mux])
+        G = system.group
+        h = G.between(gx, gy)
+        eta = G.cay_inv(h) if self._cayley(G) else G.log(h)
+        return jnp.concatenate([eta, muy - mux])
 
 
 class EuclideanChart(AbstractStateChart):
@@ -142,6 +171,22 @@ class Actuated(AbstractMethod):
     def step(self, system, state, dt, control=None, t=0.0):
         u = None if control is None else self.matrix @ control
         return self.method.step(system, state, dt, u, t)
+
+
+class ResidualCost(eqx.Module):
+    """A least-squares cost ``½ Σ_i w_i r_i²`` of a residual ``r``: ``residual(t, state, u)`` as a
+    running cost, ``residual(state)`` as a terminal cost (``terminal=True``).  The solvers use
+    its Gauss–Newton Hessian ``Jᵀ W J`` (``J`` the residual's Jacobian in the chart), as
+    crocoddyl does for its residual costs: one derivative of the residual instead of two (a
+    log-map residual on SE(3) compiles several times faster)."""
+
+    residual: Callable
+    weights: jax.Array
+    terminal: bool = eqx.field(static=True, default=False)
+
+    def __call__(self, *args):
+        r = self.residual(*args)
+        return 0.5 * jnp.sum(jnp.asarray(self.weights, r.dtype) * r**2)
 
 
 # --- the problem ------------------------------------------------------------------------------
@@ -646,10 +691,8 @@ def _linearize(problem, xs, us, duals, second_order):
         def F(z):
             return chart.minus(sys, problem.step(chart.plus(sys, x, z[:n]), u + z[n:], t), xn)
 
-        def L(z):
-            return _node_cost(
-                problem, t, chart.plus(sys, x, z[:n]), u + z[n:], le, li, duals.penalty
-            )
+        def at(z):
+            return chart.plus(sys, x, z[:n]), u + z[n:]
 
         def F_aux(z):
             y = F(z)
@@ -665,8 +708,19 @@ def _linearize(problem, xs, us, duals, second_order):
             Fzz, (J, gap) = jax.jacfwd(J_aux, has_aux=True)(z0)
         else:
             J, gap = jax.jacfwd(F_aux, has_aux=True)(z0)
-        grad = jax.grad(L)(z0)
-        hess = jax.hessian(L)(z0)
+        p, q, _, _ = problem.sizes
+        grad, hess = _cost_derivatives(problem.stage_cost, lambda z: (t, *at(z)), z0)
+        grad, hess = problem.dt * grad, problem.dt * hess
+        if p:
+            g_, h_ = _al_derivatives(
+                lambda z: problem.path_equality(t, *at(z)), le, duals.penalty, True, z0
+            )
+            grad, hess = grad + g_, hess + h_
+        if q:
+            g_, h_ = _al_derivatives(
+                lambda z: problem.path_inequality(t, *at(z)), li, duals.penalty, False, z0
+            )
+            grad, hess = grad + g_, hess + h_
         out = dict(gap=gap, A=J[:, :n], B=J[:, n:], lx=grad[:n], lu=grad[n:], hess=hess)
         if second_order:
             out["Fzz"] = Fzz
@@ -674,13 +728,72 @@ def _linearize(problem, xs, us, duals, second_order):
 
     lin = jax.vmap(node)(x_run, us, x_next, problem.times, duals.path_eq, duals.path_ineq)
 
-    def term(z):
-        return _terminal_cost(
-            problem, chart.plus(sys, xN, z), duals.term_eq, duals.term_ineq, duals.penalty
-        )
+    def atN(z):
+        return (chart.plus(sys, xN, z),)
 
     z0 = jnp.zeros(n, dtype)
-    return lin, jax.grad(term)(z0), jax.hessian(term)(z0)
+    _, _, r, s_ = problem.sizes
+    if problem.terminal_cost is None:
+        grad, hess = jnp.zeros(n, dtype), jnp.zeros((n, n), dtype)
+    else:
+        grad, hess = _cost_derivatives(problem.terminal_cost, atN, z0)
+    if r:
+        g_, h_ = _al_derivatives(
+            lambda z: problem.terminal_equality(*atN(z)), duals.term_eq, duals.penalty, True, z0
+        )
+        grad, hess = grad + g_, hess + h_
+    if s_:
+        g_, h_ = _al_derivatives(
+            lambda z: problem.terminal_inequality(*atN(z)),
+            duals.term_ineq,
+            duals.penalty,
+            False,
+            z0,
+        )
+        grad, hess = grad + g_, hess + h_
+    return lin, grad, hess
+
+
+def _cost_derivatives(cost, args_of, z0):
+    """Gradient and Hessian in the chart of ``cost(*args_of(z))`` at ``z0``: Gauss–Newton for a
+    :class:`ResidualCost`, exact otherwise."""
+    if isinstance(cost, ResidualCost):
+        return _gauss_newton(lambda z: cost.residual(*args_of(z)), cost.weights, z0)
+
+    def f(z):
+        return cost(*args_of(z))
+
+    return jax.grad(f)(z0), jax.hessian(f)(z0)
+
+
+def _al_derivatives(constraint, lam, rho, equality, z0):
+    """Gauss–Newton derivatives of the augmented-Lagrangian term of ``constraint(z)``: gradient
+    ``Jᵀ(λ + ρc)`` (equalities; ``Jᵀ max(0, λ + ρc)`` for inequalities) — exact — and Hessian
+    ``ρ JᵀJ`` (on the active inequalities), the curvature ``λ·∇²c`` of the constraint dropped."""
+
+    def aux(z):
+        c = constraint(z)
+        return c, c
+
+    J, c = jax.jacfwd(aux, has_aux=True)(z0)
+    if equality:
+        y, active = lam + rho * c, jnp.ones_like(c)
+    else:
+        y = jnp.maximum(lam + rho * c, 0.0)
+        active = (y > 0).astype(c.dtype)
+    return J.T @ y, rho * (J.T * active) @ J
+
+
+def _gauss_newton(residual, weights, z0):
+    """``(Jᵀ W r, Jᵀ W J)`` of ``½ Σ w r²`` at ``z0``."""
+
+    def aux(z):
+        r = residual(z)
+        return r, r
+
+    J, r = jax.jacfwd(aux, has_aux=True)(z0)
+    w = jnp.asarray(weights, r.dtype) * jnp.ones_like(r)
+    return J.T @ (w * r), (J.T * w) @ J
 
 
 def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, us, k_prev, reg):
