@@ -6,8 +6,8 @@ crocoddyl.
 (a) crocoddyl's quadrotor example (``geomjax.control.examples.quadrotor_problem``, same constants,
     horizon, time step, costs and integrator): DDP and iLQR — final cost, iterations, compile time,
     wall after compile, time per iteration — side by side with crocoddyl's FDDP when a Python with
-    crocoddyl is found (``CROCODDYL_PYTHON``, default ``/work/crocvenv/bin/python``; the ``bench``
-    extra), timed with ``OMP_NUM_THREADS=1`` in a subprocess alternated with our runs.
+    crocoddyl is found (``CROCODDYL_PYTHON``, default this interpreter; ``pip install -e '.[bench]'``
+    installs crocoddyl), timed with ``OMP_NUM_THREADS=1`` in a subprocess alternated with our runs.
 (b) the torque-limited rest-to-rest attitude manoeuvre (penalty form, RKMK4): DDP / iLQR against
     L-BFGS shooting on the controls (``geomjax.control.optimize``, bounds as a quadratic
     penalty): iterations and wall time to the same final cost.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 
 import jax
@@ -76,7 +77,7 @@ print(json.dumps(dict(cost=solver.cost, iterations=solver.iter, wall=best,
 
 
 def crocoddyl_quadrotor(bounded=False):
-    py = os.environ.get("CROCODDYL_PYTHON", "/work/crocvenv/bin/python")
+    py = os.environ.get("CROCODDYL_PYTHON", sys.executable)
     if not os.path.exists(py):
         return None
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -24,7 +24,7 @@ group by left trivialization (Euler–Poincaré–Suslov / Lagrange–d'Alembert
     A(q) v = b(q, t)
 
 (``coad(xi, mu) = ad(xi)^T mu``, so on SO(3) the free part is ``Pi' = Pi × Omega``; papers that
-write ``ad*_xi = −(ad_xi)^T`` — seeds 001, 004 — carry the opposite sign there).  ``A = [A_g, A_x]``
+write ``ad*_xi = −(ad_xi)^T`` — Chevallier; Cabrera — carry the opposite sign there).  ``A = [A_g, A_x]``
 splits into the columns acting on ``xi`` and on ``xdot``; ``A^T lam`` is the constraint force and
 ``lam`` (``m`` numbers) the multipliers.  Differentiating the constraint gives the saddle-point
 system solved by :meth:`AbstractNonholonomicSystem.acceleration`:
