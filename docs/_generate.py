@@ -39,7 +39,7 @@ def execute(path: Path):
 
     nb = nbformat.read(path, as_version=4)
     os.environ.update(
-        MPLBACKEND="Agg",
+        MPLBACKEND="module://matplotlib_inline.backend_inline",  # figures in the outputs
         JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
         # the kernel imports this checkout's geomjax
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

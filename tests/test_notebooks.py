@@ -48,7 +48,8 @@ def _texts(nb):
 def test_notebook_runs_in_default_mode(path, tmp_path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     monkeypatch.delenv("GEOMJAX_FAST", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the inline backend: headless, and the figures land in the outputs (the docs gallery shows them)
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     monkeypatch.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
     pythonpath = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", REPO + (os.pathsep + pythonpath if pythonpath else ""))
