@@ -156,7 +156,7 @@ def test_save_load_continue_is_bitwise(tmp_path):
     full = gj.simulate(sleigh, method, s0, dt, n, save_every=save)
     first = gj.simulate(sleigh, method, s0, dt, n // 2, save_every=save)
     loaded, system, _ = gj.load_solution(
-        first.save(tmp_path / "run.npz", system=sleigh), s0, system=sleigh
+        first.save(tmp_path / "run.npz", system=sleigh), sleigh, state_template=s0
     )
     cont = gj.simulate(
         system, method, loaded.final_state, dt, n // 2, save_every=save, t0=loaded.ts[-1]
