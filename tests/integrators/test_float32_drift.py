@@ -27,6 +27,8 @@ import geomjax as gj
 
 FULL = os.environ.get("GEOMJAX_FULL", "0") == "1"
 STEPS = 100_000 if FULL else 10_000
+# `make test-full` (CI) runs the 1e5-step versions
+pytestmark = pytest.mark.slow
 SAVE = 100
 U32 = 2.0**-24
 BOUND = 0.25 * math.sqrt(STEPS) * U32
