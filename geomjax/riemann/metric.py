@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from ..lie._math import as_float
-from ._checks import Checker, cho_solve
+from ._checks import Checker, cho_solve, eager_program
 
 __all__ = [
     "christoffel",
@@ -80,6 +80,7 @@ def _first_kind_from_dg(dg):
     return 0.5 * (dg + jnp.swapaxes(dg, 1, 2) - jnp.transpose(dg, (2, 0, 1)))
 
 
+@eager_program
 def christoffel_first_kind(metric: Metric, q) -> jax.Array:
     """Christoffel symbols of the first kind ``Γ_{k,ij}``, shape ``(n, n, n)`` indexed ``[k, i, j]``.
 
@@ -98,6 +99,7 @@ def _christoffel(metric: Metric, q, chk: Checker):
     return jnp.einsum("kl,lij->kij", chk.inverse(g, "metric(q)"), _first_kind_from_dg(dg))
 
 
+@eager_program
 def christoffel(metric: Metric, q) -> jax.Array:
     """Christoffel symbols of the second kind ``Γ^k_{ij}``, shape ``(n, n, n)`` indexed ``[k, i, j]``.
 
@@ -128,6 +130,7 @@ def _first_kind_contract(metric: Metric, q, u, w, where: str):
     return g, 0.5 * (dg_w @ u + dg_u @ w - grad_uw)
 
 
+@eager_program
 def christoffel_contract(metric: Metric, q, u, w) -> jax.Array:
     """``Γ^k_{ij}(q) u^i w^j``, shape ``(n,)``, without forming the ``n³`` tensor.
 
@@ -142,6 +145,7 @@ def christoffel_contract(metric: Metric, q, u, w) -> jax.Array:
     return chk.done(chk.solve(g, b, "metric(q)"))
 
 
+@eager_program
 def geodesic_acceleration(metric: Metric, q, v) -> jax.Array:
     """Geodesic acceleration ``q̈ = −Γ^k_{ij}(q) v^i v^j``, shape ``(n,)``, without the n³ tensor.
 
@@ -156,6 +160,7 @@ def geodesic_acceleration(metric: Metric, q, v) -> jax.Array:
     return chk.done(-chk.solve(g, b, "metric(q)"))
 
 
+@eager_program
 def newton_acceleration(metric: Metric, q, v, force=None, mass=1.0) -> jax.Array:
     """Acceleration from Newton's law ``m g♭(∇ds) = F`` (Modugno–Vitolo, eq. 2.1).
 
@@ -172,6 +177,7 @@ def newton_acceleration(metric: Metric, q, v, force=None, mass=1.0) -> jax.Array
     return chk.done(chk.solve(g, rhs, "metric(q)"))
 
 
+@eager_program
 def euler_lagrange_acceleration(lagrangian: Callable, q, v, force=None, t=None) -> jax.Array:
     """``q̈`` solving the forced Euler–Lagrange equations of ``lagrangian`` by autodiff.
 
@@ -206,6 +212,7 @@ def euler_lagrange_acceleration(lagrangian: Callable, q, v, force=None, t=None) 
     return chk.done(chk.solve(H, rhs, "lagrangian's velocity Hessian ∂²L/∂q̇²"))
 
 
+@eager_program
 def covariant_derivative(metric: Metric, q, qdot, V, Vdot) -> jax.Array:
     """Covariant derivative ``DV/dt = V̇ + Γ(q̇, V)`` of a vector field ``V(t)`` along ``q(t)``.
 
@@ -254,6 +261,7 @@ def _riemann(metric: Metric, q, chk: Checker):
     return R, g
 
 
+@eager_program
 def riemann_curvature(metric: Metric, q) -> jax.Array:
     """Riemann tensor ``R^l_{kij}``, shape ``(n, n, n, n)`` indexed ``[l, k, i, j]``.
 
@@ -266,6 +274,7 @@ def riemann_curvature(metric: Metric, q) -> jax.Array:
     return chk.done(_riemann(metric, q, chk)[0])
 
 
+@eager_program
 def ricci_tensor(metric: Metric, q) -> jax.Array:
     """Ricci tensor ``Ric_{kj} = R^i_{kij}``, shape ``(n, n)`` (symmetric)."""
     chk = Checker("ricci_tensor")
@@ -273,6 +282,7 @@ def ricci_tensor(metric: Metric, q) -> jax.Array:
     return chk.done(jnp.einsum("ikij->kj", _riemann(metric, q, chk)[0]))
 
 
+@eager_program
 def scalar_curvature(metric: Metric, q) -> jax.Array:
     """Scalar curvature ``g^{kj} Ric_{kj}`` (``2/a²`` on a round 2-sphere of radius ``a``)."""
     chk = Checker("scalar_curvature")
@@ -282,6 +292,7 @@ def scalar_curvature(metric: Metric, q) -> jax.Array:
     return chk.done(jnp.trace(chk.solve(g, Ric, "metric(q)")))
 
 
+@eager_program
 def sectional_curvature(metric: Metric, q, u, w) -> jax.Array:
     """Sectional curvature ``⟨R(u, w)w, u⟩ / (|u|²|w|² − ⟨u, w⟩²)`` of the plane spanned by u, w."""
     chk = Checker("sectional_curvature")
@@ -295,6 +306,7 @@ def sectional_curvature(metric: Metric, q, u, w) -> jax.Array:
     return chk.done((u @ g @ Ruww) / area2)
 
 
+@eager_program
 def gaussian_curvature(metric: Metric, q) -> jax.Array:
     """Gaussian curvature of a 2-dimensional metric: ``R_{1212} / det g`` (= scalar curvature / 2)."""
     chk = Checker("gaussian_curvature")
