@@ -24,11 +24,11 @@ from ..lie._math import as_float
 
 __all__ = [
     "Checker",
-    "eager_program",
     "check_finite",
     "check_positive",
     "check_spd",
     "cho_solve",
+    "eager_program",
     "is_traced",
 ]
 

@@ -8,7 +8,6 @@ import pytest
 
 import geomjax as gj
 from geomjax import riemann
-
 from tests.lie.test_eager import _count_compiles
 
 
