@@ -23,8 +23,8 @@ from geomjax.reconstruction import (
     reconstruct,
     vertical_disk,
 )
-
 from tests.conftest import FULL
+
 from . import closed_forms as cf
 
 # --------------------------------------------------------------------------------- §5.1 disk
@@ -98,6 +98,8 @@ def _circle(t):
     return RHO * jnp.stack([jnp.cos(NU * t), jnp.sin(NU * t)])
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1 (SO(3) coefficient rates: a large program)")
 def test_turntable_phases_closed_form():
     """Ball on a turntable (affine, non-abelian), contact point on the circle ρ(cos νt, sin νt)
     about the axis, one circuit T = 2π/ν, trivial gauge (attitude = g⁻¹).  Closed form (see
@@ -195,21 +197,23 @@ def test_turntable_gauges():
     assert float(jnp.max(jnp.abs(g[3] - jnp.eye(3)))) < 1e-6
 
 
-def test_linked_bodies_mechanical_gauge_and_momentum_phases():
+LINKS = {"masses": (1.0, 2.0, 1.5), "lengths": (1.0, 0.8, 1.2)}
+C_LOOP, RHO_LOOP = jnp.array([0.4, -0.6]), 0.9
+
+
+def _shape_loop(t):
+    return C_LOOP + RHO_LOOP * jnp.stack([jnp.cos(t), jnp.sin(t)])
+
+
+def test_linked_bodies_mechanical_gauge():
     """Planar three-link chain, D = TQ (so the nonholonomic gauge is the mechanical one): the
     trivial and mechanical gauges give the same physical motion and different group curves;
-    J(ḋ₀) = 0 in the mechanical gauge and a zero-momentum motion is g ≡ e there.  Without
-    constraints the λ contribution vanishes identically, g = h_D·g_NH (§4.1, g_Dyn·g_Mech), and
-    g_NH(T) is the holonomy (another integrator: HorizontalLift on another grid)."""
-    S = linked_bodies(masses=(1.0, 2.0, 1.5), lengths=(1.0, 0.8, 1.2))
-    c, rho = jnp.array([0.4, -0.6]), 0.9
-
-    def loop(t):
-        return c + rho * jnp.stack([jnp.cos(t), jnp.sin(t)])
-
+    J(ḋ₀) = 0 in the mechanical gauge (not in the trivial one) and a zero-momentum motion is
+    g ≡ e there (Remark 4.3: c = d₀^Mech)."""
+    S = linked_bodies(**LINKS)
     T, n = 2 * np.pi, 120
-    mech = mechanical_gauge(S, loop, T, 96)
-    rec_b = _stack([Reconstruction(S, loop, gauge=g) for g in (_trivial_like(mech), mech, mech)])
+    mech = mechanical_gauge(S, _shape_loop, T, 96)
+    recs = [Reconstruction(S, _shape_loop, gauge=g) for g in (_trivial_like(mech), mech, mech)]
     mus = jnp.array([[0.3], [0.3], [0.0]])
 
     @eqx.filter_jit
@@ -218,22 +222,37 @@ def test_linked_bodies_mechanical_gauge_and_momentum_phases():
         sol = reconstruct(rec, T, n, momentum=mu, spatial=True, method=ReconstructionRKMK4())
         q = jax.vmap(rec.configuration)(sol.states, sol.ts)
         J0 = jax.vmap(lambda t: rec.coefficients(t).J0)(sol.ts)
-        return sol.states.g, q, J0, nonholonomic_phases(rec, sol, closed=True)
+        return sol.states.g, q, J0
 
-    g, q, J0, ph = run(rec_b, mus)
-    # physical motion (RKMK4 and the table: ~1e-9, observed below 1e-9)
-    assert float(jnp.max(jnp.abs(q[1] - q[0]))) < 1e-7
-    assert float(jnp.max(jnp.abs(g[1] - g[0]))) > 1e-2  # the group curves differ
-    assert float(jnp.max(jnp.abs(J0[1]))) < 1e-6  # J(ḋ₀^Mech) = 0 (interpolation, O(dt³))
+    g, q, J0 = run(_stack(recs), mus)
+    # physical motion: RKMK4 (h ≈ 0.05) and the table (O(dt⁴), dt ≈ 0.065): observed 4e-8
+    assert float(jnp.max(jnp.abs(q[1] - q[0]))) < 1e-6
+    assert float(jnp.max(jnp.abs(g[1] - g[0]))) > 1e-2  # the group curves differ (observed 1.45)
+    # J(ḋ₀^Mech) = 0 to the interpolated velocity's error, ≈ dt³/24 max|Ω⁗| ≈ 1e-5 (observed
+    # 6e-6; 0 at the table nodes); the trivial gauge's J₀ is O(1)
+    assert float(jnp.max(jnp.abs(J0[1]))) < 3e-5
     assert float(jnp.max(jnp.abs(J0[0]))) > 1e-2
-    assert float(jnp.max(jnp.abs(g[2]))) < 1e-6  # zero momentum: c = d₀^Mech
-    # D = TQ: no constraint forces, h_λ = 0, and h_D + g_NH = g (abelian T¹)
-    np.testing.assert_allclose(ph["h_constraint"][0], 0.0, atol=1e-14)
-    np.testing.assert_allclose(ph["constraint_impulse"][0], 0.0, atol=1e-14)
-    # (trapezoidal h_D on a periodic integrand: spectrally accurate; observed 1e-10)
-    np.testing.assert_allclose(ph["composed"][0], g[0], atol=1e-7)
-    hol = holonomy(S, loop, T, 200)  # observed 8.8e-3 rad (test_phases, Stokes)
-    np.testing.assert_allclose(ph["holonomy"][0], hol, atol=1e-9)
+    assert float(jnp.max(jnp.abs(g[2]))) < 1e-6  # zero momentum: c = d₀^Mech (observed 9e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1 (a second compile of the chain)")
+def test_linked_bodies_momentum_phases():
+    """D = TQ: no constraint forces, so h_λ ≡ 0 and g = h_D + g_NH (§4.1, g_Dyn·g_Mech, abelian
+    T¹); g_NH(T) is the holonomy (another integrator: HorizontalLift on another grid)."""
+    S = linked_bodies(**LINKS)
+    T, n = 2 * np.pi, 120
+    rec = Reconstruction(S, _shape_loop)
+    sol = reconstruct(rec, T, n, momentum=jnp.array([0.3]), method=ReconstructionRKMK4())
+    ph = nonholonomic_phases(rec, sol, closed=True)
+    np.testing.assert_allclose(ph["h_constraint"], 0.0, atol=1e-14)
+    np.testing.assert_allclose(ph["constraint_impulse"], 0.0, atol=1e-14)
+    # trapezoidal h_D: O(h²) at intermediate times, h²/12 · T max|ẇ| ≈ 5e-5 (observed 1e-5)
+    np.testing.assert_allclose(ph["composed"], sol.states.g, atol=1e-4)
+    np.testing.assert_allclose(ph["composed"][-1], sol.states.g[-1], atol=1e-9)  # periodic
+    hol = holonomy(S, _shape_loop, T, 200)  # −∬F ≈ −8.8e-3 rad (test_phases, Stokes)
+    np.testing.assert_allclose(ph["holonomy"], hol, atol=1e-9)
+    assert abs(float(hol[0])) > 5e-3
 
 
 def _path(t):
