@@ -289,8 +289,9 @@ class _Evaluator:
             return [np.concatenate(ins, axis=p["dimension"])]
         if name == "stack":
             return [np.stack(ins, axis=p["axis"])]
-        if name == "unstack":
-            return [np.take(ins[0], i, axis=p["axis"]) for i in range(len(out_avals))]
+        if name == "unstack":  # slices, not np.take: a 1-D input must give 0-d object arrays
+            moved = np.moveaxis(ins[0], p["axis"], 0)
+            return [moved[i : i + 1].reshape(moved.shape[1:]) for i in range(len(out_avals))]
         if name == "split":
             return list(np.split(ins[0], np.cumsum(p["sizes"])[:-1], axis=p["axis"]))
         if name == "iota":
@@ -497,7 +498,12 @@ def scalarize(fun, *, max_size: int = 100, strict: bool = False):
                 _remember(key, program)
         if program is _UNCACHEABLE:  # closes over values of an enclosing trace: evaluate here
             closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*leaves)
-            outs = scalarized_jaxpr_eval(closed, leaves, max_size)
+            try:
+                outs = _guarded(lambda: scalarized_jaxpr_eval(closed, leaves, max_size))
+            except Unsupported:
+                if strict:
+                    raise
+                return fun(*args)
             return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
         scalar, out_tree = program
         outs = jax.core.eval_jaxpr(scalar.jaxpr, scalar.consts, *leaves)
@@ -566,8 +572,22 @@ def _scalar_program(flat, leaves, max_size):
         jax.ShapeDtypeStruct(np.shape(x), x.dtype, weak_type=jax.typeof(x).weak_type)
         for x in leaves
     ]
-    scalar = jax.make_jaxpr(lambda *ls: scalarized_jaxpr_eval(closed, ls, max_size))(*specs)
+    scalar = _guarded(
+        lambda: jax.make_jaxpr(lambda *ls: scalarized_jaxpr_eval(closed, ls, max_size))(*specs)
+    )
     return scalar, jax.tree_util.tree_structure(out_shape)
+
+
+def _guarded(thunk):
+    """``thunk()`` with any failure of the scalarizer itself reported as :class:`Unsupported`
+    (so :func:`scalarize` falls back to the function): the user's function has been traced
+    before, so an error here is a program pattern the evaluator does not handle."""
+    try:
+        return thunk()
+    except Unsupported:
+        raise
+    except Exception as e:
+        raise Unsupported(f"the scalarizer failed on this program ({type(e).__name__}: {e})") from e
 
 
 class Scalarized(eqx.Module):

@@ -84,6 +84,14 @@ def check_base_controlled(ns):
     w = ns["gj"].SO3.log(ns["turns"][0])
     pred = -ns["curv"][:, 0, 1] * np.pi * 0.05**2
     assert float(jnp.linalg.norm(w - pred)) < 0.05 * float(jnp.linalg.norm(pred))
+    # nonholonomic phases of the disk: they compose to g (trapezoidal rule, O(h²) ≈ 1e-3), the
+    # trivial gauge is already nonholonomic (g_NH = 0), the heading turns at θ̇ = ⟨v, μ⟩/(mR² + I)
+    ph, g = ns["ph"], ns["sol"].states.g
+    assert float(jnp.max(jnp.abs(ph["composed"] - g))) < 1e-3
+    assert float(jnp.max(jnp.abs(ph["holonomy"]))) < 1e-14
+    thd = 0.9 / (1.3 * 0.7**2 + 0.5)
+    # (MomentumLGVI, second order, h ≈ 0.03: observed 1.7e-4)
+    assert abs(float(g[-1, 2]) - thd * 2 * np.pi) < 1e-3
 
 
 CHECKS = {

@@ -149,6 +149,38 @@ def test_fallback_for_primitives_without_a_scalar_form():
     )
 
 
+def test_unstack_of_a_vector_and_fallback_when_the_scalarizer_fails(monkeypatch):
+    """A frame written as ``jnp.diag(jnp.stack(...))`` under ``jax.grad`` (the transpose of the
+    stack unstacks a vector into scalars): the same numbers as the array program, strictly
+    scalarized.  Any other failure of the scalarizer itself falls back to the function (strict:
+    :class:`Unsupported` naming it)."""
+
+    def frame(q):
+        return jnp.diag(jnp.stack([jnp.ones_like(q[0]), q[0]]))
+
+    def f(q):
+        return jax.grad(lambda x: jnp.sum(frame(x) @ x) ** 2)(q)
+
+    q = jnp.array([1.2, 0.3])
+    assert "unstack" in str(jax.make_jaxpr(f)(q))
+    np.testing.assert_allclose(jax.jit(scalarize(f, strict=True))(q), f(q), rtol=1e-15)
+
+    from geomjax import _scalarize
+
+    def broken(self, x, value, config, shape):
+        raise TypeError("an evaluator bug")
+
+    monkeypatch.setattr(_scalarize._Evaluator, "pad", broken)
+    scale = jnp.asarray(2.0)  # a closure: not a cached program
+
+    def g(q):
+        return scale * f(q)
+
+    np.testing.assert_allclose(jax.jit(scalarize(g))(q), g(q), rtol=1e-15)
+    with pytest.raises(Unsupported, match="scalarizer failed.*evaluator bug"):
+        jax.jit(scalarize(g, strict=True))(q)
+
+
 def test_pytrees_modules_and_static_leaves():
     sleigh = gj.ChaplyginSleigh(1.3, 0.4, 0.25)
     s = sleigh.state(omega=1.5, v=-0.4)

@@ -6,7 +6,8 @@ constraints.  :class:`BaseControlledSystem` builds every gauge quantity by autod
 kinetic energy, the action, a section and the constraints; :class:`Reconstruction` (system + base
 curve) is run by :func:`geomjax.simulate` with :class:`MomentumLGVI` (structure-preserving),
 :class:`ReconstructionRKMK4` (fourth order) or :class:`HorizontalLift` (zero momentum /
-kinematic).  :mod:`.phases` gives holonomies and the dynamic/geometric factorization;
+kinematic).  :mod:`.phases` gives holonomies and the dynamic/geometric factorization (with the constraint
+term for nonholonomic systems); :mod:`.gauges` the nonholonomic and mechanical gauges;
 :mod:`.examples` the paper's systems.
 """
 
@@ -22,6 +23,7 @@ from .examples import (
     magnetic_deforming_body,
     vertical_disk,
 )
+from .gauges import TabulatedGauge, mechanical_gauge, nonholonomic_gauge
 from .methods import (
     HorizontalLift,
     KinematicState,
@@ -32,7 +34,7 @@ from .methods import (
     gauss_times,
     magnus4_update,
 )
-from .phases import holonomy, reconstruct, so3_phases, solid_angle
+from .phases import holonomy, nonholonomic_phases, reconstruct, so3_phases, solid_angle
 
 __all__ = [
     "BaseControlledSystem",
@@ -44,6 +46,7 @@ __all__ = [
     "MomentumLGVI",
     "Reconstruction",
     "ReconstructionRKMK4",
+    "TabulatedGauge",
     "ball_in_ball",
     "ball_on_turntable",
     "deforming_body",
@@ -55,6 +58,9 @@ __all__ = [
     "linked_bodies",
     "magnetic_deforming_body",
     "magnus4_update",
+    "mechanical_gauge",
+    "nonholonomic_gauge",
+    "nonholonomic_phases",
     "reconstruct",
     "saddle_solve",
     "so3_phases",

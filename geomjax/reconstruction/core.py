@@ -583,6 +583,14 @@ class Reconstruction(eqx.Module):
         """``(ξ, dΠ/dt)``: ``Π̇ = (ad_ξ)ᵀΠ + τ + Cᵀλ`` with ``λ`` keeping ``Π = I₀ξ + J₀``
         and ``Cξ = r`` (the index-reduced form of eqs. 11 and 7).  ``rates``: precomputed
         :meth:`coefficient_rates` at ``t`` (they depend on the time only)."""
+        xi, f, lam, co = self._forces(t, state, u, rates)
+        if co.C.shape[0]:
+            f = f + co.C.T @ lam
+        return xi, f
+
+    def _forces(self, t, state, u=None, rates=None):
+        """``(ξ, coad(ξ, Π) + τ + u, λ, coefficients)`` at ``(t, state)`` (``rates``: precomputed
+        :meth:`coefficient_rates` at ``t``)."""
         G = self.group
         g, mu = self.split(state)
         co, dco = self.coefficient_rates(t) if rates is None else rates
@@ -593,13 +601,20 @@ class Reconstruction(eqx.Module):
             f = f + tau
         if u is not None:
             f = f + u
+        lam = jnp.zeros((co.C.shape[0],), mu.dtype)
         if co.C.shape[0]:
             Ii = jnp.linalg.inv(co.I0)
             # d/dt(Cξ) = ṙ with ξ̇ = I₀⁻¹(Π̇ − J̇₀ − İ₀ξ)
             rhs = dco.r - dco.C @ xi - co.C @ Ii @ (f - dco.J0 - dco.I0 @ xi)
             lam = jnp.linalg.solve(co.C @ Ii @ co.C.T, rhs)
-            f = f + co.C.T @ lam
-        return xi, f
+        return xi, f, lam, co
+
+    def multiplier(self, t, state, u=None) -> jax.Array:
+        """The constraint multipliers ``λ`` ``(m,)`` of ``Π̇ = (ad_ξ)ᵀΠ + τ + Cᵀλ``: ``Cᵀλ`` is
+        the body-frame torque of the forces that implement the D-constraints (Cabrera §2.4.1,
+        eq. 12: ``Γ_{d₀} ∈ ker i*_{d₀}``); its spatial form ``Ad_{g⁻¹}ᵀ Cᵀλ`` is ``dJ(ċ)/dt`` (less the
+        external torque, if any)."""
+        return self._forces(t, state, u)[2]
 
     def configuration(self, state, t):
         """The physical configuration ``c(t) = g·d₀(t)`` in Q."""

@@ -63,8 +63,8 @@ def test_engineering_frame_is_del_of_the_coordinate_lagrangian():
     st = polar.make_state(jnp.array([1.0, 0.0]), v=jnp.array([0.0, np.sqrt(1.5)]))
     f, res, de = run(polar, METHOD, st, 0.01, 400)
     lag = polar.as_lagrangian_system()
-    # scalarize=False: the scalarizer cannot trace this diag(stack(...)) frame
-    del_ = gj.DiscreteEulerLagrange(scalarize=False)
+    # scalarized (the default): this diag(stack(...)) frame is handled (unstack of a vector)
+    del_ = gj.DiscreteEulerLagrange()
     f2, _ = run_del(lag, del_, lag.make_state(st.q, qdot=jnp.array([0.0, np.sqrt(1.5)])), 0.01, 400)
     assert float(res) < 1e-13
     np.testing.assert_allclose(f.q, f2.q, rtol=0, atol=1e-11)
