@@ -1,5 +1,6 @@
-"""Every notebook in notebooks/ is stored without outputs and runs top to bottom in its default
-mode (the sizes a reader gets), and no implicit solve in it fails to converge.
+"""Every notebook in notebooks/ is stored without outputs (every run) and runs top to bottom in its
+default mode (the sizes a reader gets), and no implicit solve in it fails to converge (the long
+tier, ``make test-full``: minutes of compilation in all).
 
 The notebooks call ``Solution.check()`` on the solutions they show (a ``ConvergenceError``
 fails the execution); as a second guard, no output may carry the warning that
@@ -14,6 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from tests.conftest import FULL
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -44,6 +47,10 @@ def _texts(nb):
                 yield out["data"]["text/plain"]
 
 
+# minutes of compilation in all (18-105 s of CPU each): the long tier, `make test-full`, runs
+# them (CI does, after `make test`, and `make docs` then reuses the executed copies)
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1 (make test-full) executes the notebooks")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_default_mode(path, tmp_path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
