@@ -100,7 +100,10 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     # the open-loop optimal torques (then none) on the same plant with the same disturbance
     u_open = jnp.concatenate([c["plan"].us, jnp.zeros((STEPS - H, 3))])
     xf_open = gj.simulate(c["plant"], c["method"], model.state0, DT, STEPS, controls=u_open + D)
-    err_open = float(jnp.linalg.norm(model.terminal_cost.residual(xf_open.final_state)))
+    err_open_t = jax.vmap(lambda x: jnp.linalg.norm(model.terminal_cost.residual(x)))(
+        xf_open.states
+    )
+    err_open, closest_open = float(err_open_t[-1]), float(err_open_t.min())
 
     # bounds respected exactly (the solver clips), and active at the start of the manoeuvre
     u = np.asarray(res.controls)
@@ -123,10 +126,11 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     eta = np.asarray(LieGroupChart().minus(model.system, xf, x_target))[:3]
     # second-order terms: relative error O(|η|) with |η| ≈ 0.09 (measured 4.5%)
     assert np.linalg.norm(eta - eta_pred) <= 0.15 * np.linalg.norm(eta_pred)
-    # a small bound, far below the open loop's miss (measured 0.09 against 1.4)
+    # a small bound, far below the open loop's miss (measured 0.09 against 1.4 at the end)
     err = float(res.error[0, -1])
     assert err <= 1.2 * np.linalg.norm(eta_pred)
     assert err <= 0.1 * err_open
+    assert err <= 0.5 * closest_open  # the open loop never comes as close (measured 0.39 at t≈4)
 
     # status: every step reported; warm-started from the converged plan the first solve converges;
     # during the manoeuvre two iterations do not reach the tolerance (reported as max_iters);
