@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..integrators.base import AbstractMethod
+from ..integrators.simulate import ConvergenceError
 from .trajopt import (
     _MESSAGES,
     _REASONS,
@@ -116,12 +117,14 @@ class MPCResult(eqx.Module):
         return self.result > 1
 
     def check(self) -> MPCResult:
-        """Raise ``ValueError`` if a step's solve broke down (eager only)."""
-        r = np.asarray(self.result).reshape(-1)
-        if (r > 1).any():
-            j = int(np.argmax(r > 1))
-            raise ValueError(
-                f"run_mpc: the solve of control step {j} failed: {_MESSAGES[int(r[j])]}"
+        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` if a step's solve broke
+        down (eager only; a solve stopped by the iteration cap is normal in MPC)."""
+        r = np.asarray(self.result)
+        bad = r > 1
+        if bad.any():
+            j = np.unravel_index(int(np.argmax(bad)), r.shape)
+            raise ConvergenceError(
+                f"run_mpc: the solve of control step {j[-1]} failed: {_MESSAGES[int(r[j])]}"
             )
         return self
 

@@ -5,6 +5,8 @@ open-loop optimal torques applied to the same plant (the comparison), the plant'
 predicted by the solver's feedback gain at the target, and a re-simulation of the recorded
 controls by :func:`geomjax.simulate`."""
 
+import os
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,9 +15,11 @@ import pytest
 
 import geomjax as gj
 from geomjax.control.examples import SemiImplicitEuler, attitude_problem
-from geomjax.control.mpc import MPC, run_mpc
+from geomjax.control.mpc import MPC, MPCResult, _retarget, _with_horizon, run_mpc
 from geomjax.control.trajopt import ILQR, LieGroupChart, solve_ocp
+from geomjax.integrators.simulate import ConvergenceError
 
+FULL = os.environ.get("GEOMJAX_FULL", "0") == "1"
 H, DT, STEPS, TMAX = 12, 0.25, 100, 0.8
 INERTIA = jnp.array([1.0, 2.0, 3.0])
 D = jnp.array([0.05, -0.03, 0.04])  # constant disturbance torque
@@ -174,3 +178,67 @@ def test_bad_input_names_the_argument():
         run_mpc(model, steps=3, us=jnp.zeros((H + 1, 3)))
     with pytest.raises(ValueError, match="'problem'"):
         run_mpc(attitude_problem(steps=4, method=SemiImplicitEuler()), steps=3)
+
+
+def test_retarget_shifts_time_and_state_and_horizon():
+    """The re-targeted problem starts at the measured state and sees absolute time in its stage
+    cost and dynamics (a time-dependent reference), and ``MPC(horizon=...)`` changes only N."""
+
+    class Tracking(eqx.Module):
+        def __call__(self, t, x, u):
+            return jnp.sum((x.Pi - jnp.sin(t)) ** 2) + jnp.sum(u**2)
+
+    model = _model()
+    model = eqx.tree_at(lambda p: p.stage_cost, model, Tracking())
+    x = gj.RigidBodyState(jnp.eye(3), jnp.array([0.1, 0.2, 0.3]))
+    u, t0 = jnp.array([0.3, -0.1, 0.2]), 1.7
+    p = _retarget(model, x, jnp.asarray(t0))
+    np.testing.assert_array_equal(p.state0.Pi, x.Pi)
+    np.testing.assert_allclose(p.stage_cost(0.5, x, u), Tracking()(0.5 + t0, x, u), rtol=1e-15)
+    np.testing.assert_allclose(p.step(x, u, 0.5).Pi, model.step(x, u, 0.5 + t0).Pi, rtol=1e-15)
+    q = _with_horizon(model, 5)
+    assert q.steps == 5 and q.bounded and float(q.dt) == float(model.dt)
+    np.testing.assert_array_equal(q.upper, model.upper)
+
+
+def test_check_reports_a_failed_step():
+    z = jnp.zeros(3)
+    res = MPCResult(z, None, z, z, jnp.array([0, 1, 2]), z, z, z)
+    with pytest.raises(ConvergenceError, match="control step 2"):
+        res.check()
+    assert list(res.stop_reasons) == ["converged", "max_iters", "regularization_limit"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1 runs the float32 closed loop")
+def test_float32_closed_loop_matches_float64(closed_loop):
+    """The same closed loop in float32 (the precision of an accelerator): it settles at the same
+    offset (float32's solver tolerance 1e-5 moves the plan by ~1e-3, see test_trajopt)."""
+    model = attitude_problem(
+        torque_max=TMAX,
+        exact_target=False,
+        steps=H,
+        duration=H * DT,
+        method=SemiImplicitEuler(),
+        weight=100.0,
+        dtype=jnp.float32,
+    )
+    plant = gj.RigidBody(1.2 * INERTIA.astype(jnp.float32))
+    plan = solve_ocp(model, ILQR(), max_iters=100)
+    res = run_mpc(
+        model,
+        plant,
+        gj.RKMK4(),
+        None,
+        STEPS,
+        Constant(D.astype(jnp.float32)),
+        controller=MPC(ILQR(), iterations=2),
+        us=plan.us,
+    )
+    assert res.controls.dtype == jnp.float32
+    assert not np.asarray(res.failed).any()
+    assert np.abs(np.asarray(res.controls)).max() <= np.float32(TMAX)
+    np.testing.assert_allclose(
+        float(res.error[-1]), float(closed_loop["res"].error[0, -1]), rtol=1e-2
+    )
+    np.testing.assert_allclose(np.asarray(res.controls[-1]), -np.asarray(D), atol=1e-3)
