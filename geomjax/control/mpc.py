@@ -216,13 +216,11 @@ class _TargetError(eqx.Module):
 
 
 def _default_error(problem):
-    """``|r(x)|`` of the terminal target residual (a :class:`ResidualCost` terminal cost or the
-    terminal equality), else the terminal cost ``Φ(x)``."""
+    """``|r(x)|`` of the terminal target residual (a :class:`ResidualCost` terminal cost), else the
+    terminal cost ``Φ(x)``."""
     tc = problem.terminal_cost
     if isinstance(tc, ResidualCost):
         return _TargetError(tc.residual)
-    if problem.terminal_equality is not None:
-        return _TargetError(problem.terminal_equality)
     if tc is not None:
         return _TargetError(tc, norm=False)
     return None
@@ -296,7 +294,9 @@ def run_mpc(
             :func:`~geomjax.control.examples.attitude_problem`), else the terminal cost ``Φ``).
 
     Returns an :class:`MPCResult`.  Jittable and vmappable (one ``lax.scan``; compiled once per
-    problem structure and ``steps``)."""
+    problem structure and ``steps``).  Callables are part of the compiled program's key: pass
+    ``disturbance``/``error`` as ``equinox.Module`` values with array fields (not new lambdas) to
+    change their values without recompiling."""
     where = "run_mpc"
     if not isinstance(problem, OptimalControlProblem):
         raise ValueError(
@@ -367,6 +367,14 @@ def run_mpc(
         raise ValueError(
             f"{where}: the problem has no terminal target; pass argument 'error' e(t, state)"
         )
+    try:
+        out = jax.eval_shape(error, jax.ShapeDtypeStruct((), dtype), x0)
+    except Exception as e:
+        raise ValueError(
+            f"{where}: calling argument 'error' e(t, state) failed: {type(e).__name__}: {e}"
+        ) from e
+    if getattr(out, "shape", None) != ():
+        raise ValueError(f"{where}: argument 'error' must return a scalar, got {out}")
     return _run(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
     )

@@ -174,6 +174,8 @@ def test_bad_input_names_the_argument():
         run_mpc(model, x0=gj.RigidBodyState(jnp.eye(3), jnp.zeros(4)), steps=3)
     with pytest.raises(ValueError, match="'disturbance'"):
         run_mpc(model, steps=3, disturbance=lambda t: jnp.zeros(2))
+    with pytest.raises(ValueError, match="'error'"):
+        run_mpc(model, steps=3, error=lambda t, x: x.Pi)
     with pytest.raises(ValueError, match="'us'"):
         run_mpc(model, steps=3, us=jnp.zeros((H + 1, 3)))
     with pytest.raises(ValueError, match="'problem'"):
