@@ -27,13 +27,16 @@ from . import control, integrators, lie, reconstruction, riemann, systems, varia
 from .control import (
     DDP,
     ILQR,
+    MPC,
     AugmentedLagrangian,
     GroupParam,
     OptimalControlProblem,
     OptimizeResult,
     optimize,
     optimize_restarts,
+    run_mpc,
     solve_ocp,
+    solve_ocp_implicit,
 )
 from .integrators import (
     LGVI,
@@ -204,6 +207,9 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "ILQR",
     "DDP",
     "AugmentedLagrangian",
+    "solve_ocp_implicit",
+    "MPC",
+    "run_mpc",
 ]
 
 # last: everything imported so far lives as long as the process (geomjax._gc)

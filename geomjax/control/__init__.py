@@ -5,7 +5,10 @@ induced group motion reaches a target: parametrize the base curve or the control
 (:mod:`~geomjax.control.curves`), simulate with any geomjax integrator, score the result with
 composable losses (:mod:`~geomjax.control.losses`) and differentiate through everything with
 :func:`optimize`; or state an :class:`OptimalControlProblem` and solve it with second-order,
-control-limited DDP / iLQR (:func:`solve_ocp`, :mod:`~geomjax.control.trajopt`).  Worked problems live in :mod:`geomjax.control.examples`.
+control-limited DDP / iLQR (:func:`solve_ocp`, :mod:`~geomjax.control.trajopt`), close the loop
+around it with model predictive control (:func:`run_mpc`, :mod:`~geomjax.control.mpc`) and
+differentiate the optimum with respect to the problem's parameters (:func:`solve_ocp_implicit`,
+:mod:`~geomjax.control.sensitivity`).  Worked problems live in :mod:`geomjax.control.examples`.
 """
 
 from .curves import (
@@ -31,7 +34,9 @@ from .losses import (
     path_energy,
     path_length,
 )
+from .mpc import MPC, MPCResult, run_mpc
 from .optimize import GroupParam, OptimizeResult, optimize, optimize_restarts
+from .sensitivity import solve_ocp_implicit
 from .trajopt import (
     DDP,
     ILQR,
@@ -48,6 +53,7 @@ from .trajopt import (
 __all__ = [
     "DDP",
     "ILQR",
+    "MPC",
     "AbstractPath",
     "AbstractTimeLaw",
     "Actuated",
@@ -58,6 +64,7 @@ __all__ = [
     "LieGroupChart",
     "LinearTimeLaw",
     "Loss",
+    "MPCResult",
     "OCPSolution",
     "OpenCurve",
     "OptimalControlProblem",
@@ -78,5 +85,7 @@ __all__ = [
     "optimize_restarts",
     "path_energy",
     "path_length",
+    "run_mpc",
     "solve_ocp",
+    "solve_ocp_implicit",
 ]

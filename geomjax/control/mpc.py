@@ -1,0 +1,380 @@
+"""Model predictive control: a receding-horizon loop around :func:`~geomjax.control.trajopt.solve_ocp`.
+
+At every control step ``j`` (time ``t_j = j·dt``) the controller measures the *plant* state
+``x_j``, re-targets the model problem to it (``state0 ← x_j``, node times ``t_j + k·dt``) and solves
+it over the horizon with a fixed, small number of DDP / iLQR iterations, warm-started from the
+previous plan shifted by one node (``(ū_1, …, ū_{N−1}, ū_{N−1})``); the first control ``ū_0`` is
+applied to the plant for one step:
+
+    x_{j+1} = plant_method.step(plant_system, x_j, dt, ū_0(x_j) + d(t_j), t_j),
+
+where the plant (system and method) may differ from the model (parameter errors, another
+integrator) and ``d(t)`` is an unmodelled input disturbance.  The whole closed loop is one
+``jax.lax.scan`` over the control steps (the solver's ``lax.while_loop`` nested in it): jittable,
+vmappable over initial states or disturbances, compiled once (Mayne, Rawlings, Rao & Scokaert,
+*Constrained model predictive control: stability and optimality*, Automatica 2000, §2; the
+real-time iteration of Diehl, Bock & Schlöder, *A real-time iteration scheme for nonlinear
+optimization in optimal feedback control*, SIAM J. Control Optim. 2005, §3, takes one iteration per
+step in the same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..integrators.base import AbstractMethod
+from ..integrators.simulate import ConvergenceError
+from .trajopt import (
+    _MESSAGES,
+    _REASONS,
+    ILQR,
+    SUCCESSFUL,
+    AbstractDDPSolver,
+    OptimalControlProblem,
+    ResidualCost,
+    solve_ocp,
+)
+
+__all__ = ["MPC", "MPCResult", "run_mpc"]
+
+
+class MPC(eqx.Module):
+    """Settings of the receding-horizon controller run by :func:`run_mpc`.
+
+    Fields:
+        solver: the inner solver, :class:`~geomjax.control.trajopt.ILQR` (default) or
+            :class:`~geomjax.control.trajopt.DDP` (control bounds in its box QP; path or terminal
+            constraints are not supported: state the target as a terminal cost).
+        iterations: solver iterations per control step (a fixed cap, ≥ 1; the solve stops earlier
+            once converged).  Warm-started, a few iterations track a slowly moving optimum.
+        horizon: number of nodes ``N`` of each solve (default: the problem's ``steps``).
+    """
+
+    solver: AbstractDDPSolver = ILQR()
+    iterations: int = eqx.field(static=True, default=3)
+    horizon: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if not isinstance(self.solver, AbstractDDPSolver):
+            raise ValueError(f"MPC: argument 'solver' must be ILQR() or DDP(), got {self.solver!r}")
+        if not (isinstance(self.iterations, int | np.integer) and self.iterations >= 1):
+            raise ValueError(
+                f"MPC: argument 'iterations' must be a positive int, got {self.iterations!r}"
+            )
+        if self.horizon is not None and not (
+            isinstance(self.horizon, int | np.integer) and self.horizon >= 1
+        ):
+            raise ValueError(
+                f"MPC: argument 'horizon' must be a positive int or None, got {self.horizon!r}"
+            )
+
+
+class MPCResult(eqx.Module):
+    """The closed loop of :func:`run_mpc` (a pytree: it can leave ``jit``/``vmap``).
+
+    Attributes:
+        times: ``(steps + 1,)`` control times ``t_j = j·dt``.
+        states: plant states with a leading axis ``(steps + 1,)``.
+        controls: applied controls ``(steps, m)`` (the solver's first control, inside the bounds;
+            the disturbance is not included).
+        error: ``(steps + 1,)`` tracking error of the plant state (see :func:`run_mpc`).
+        result: ``(steps,)`` status code of each solve (``0`` converged, ``1`` iteration cap
+            reached, as :attr:`~geomjax.control.trajopt.OCPSolution.result`).
+        cost: ``(steps,)`` model cost of each step's plan (predicted cost-to-go).
+        iterations: ``(steps,)`` solver iterations of each step.
+        plan: controls ``(N, m)`` of the last solve (the warm start of a continued run).
+    """
+
+    times: jax.Array
+    states: Any
+    controls: jax.Array
+    error: jax.Array
+    result: jax.Array
+    cost: jax.Array
+    iterations: jax.Array
+    plan: jax.Array
+
+    @property
+    def stop_reasons(self) -> list[str]:
+        """Status of each step's solve (eager only): ``"converged"``, ``"max_iters"``, …"""
+        return [_REASONS[int(r)] for r in np.asarray(self.result).reshape(-1)]
+
+    @property
+    def converged(self):
+        """``(steps,)`` whether each step's solve met the solver's tolerance."""
+        return self.result == SUCCESSFUL
+
+    @property
+    def failed(self):
+        """``(steps,)`` whether a step's solve broke down (regularization limit or non-finite
+        values; a capped but descending solve is not a failure)."""
+        return self.result > 1
+
+    def check(self) -> MPCResult:
+        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` if a step's solve broke
+        down (eager only; a solve stopped by the iteration cap is normal in MPC)."""
+        r = np.asarray(self.result)
+        bad = r > 1
+        if bad.any():
+            j = np.unravel_index(int(np.argmax(bad)), r.shape)
+            raise ConvergenceError(
+                f"run_mpc: the solve of control step {j[-1]} failed: {_MESSAGES[int(r[j])]}"
+            )
+        return self
+
+    def __repr__(self) -> str:
+        try:
+            e = np.asarray(self.error)
+            return (
+                f"MPCResult(steps={e.shape[-1] - 1}, final_error={e[..., -1]}, "
+                f"converged={np.asarray(self.converged).mean():.0%})"
+            )
+        except Exception:
+            return "MPCResult(<traced>)"
+
+
+# --- re-targeting the model problem ----------------------------------------------------------------
+class _TimeShifted(eqx.Module):
+    """``fn(t + t0, *rest)``: a stage cost / path constraint at absolute time."""
+
+    fn: Callable
+    t0: jax.Array
+
+    def __call__(self, t, *rest):
+        return self.fn(t + self.t0, *rest)
+
+
+class _TimeShiftedMethod(AbstractMethod):
+    """``method`` stepping from absolute time ``t + t0`` (time-dependent forces)."""
+
+    method: AbstractMethod
+    t0: jax.Array
+
+    @property
+    def order(self):
+        return self.method.order
+
+    def supports(self, system) -> bool:
+        return self.method.supports(system)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        return self.method.step(system, state, dt, control, t + self.t0)
+
+
+def _shift_cost(fn, t0):
+    if fn is None:
+        return None
+    if isinstance(fn, ResidualCost):
+        return ResidualCost(_TimeShifted(fn.residual, t0), fn.weights, terminal=fn.terminal)
+    return _TimeShifted(fn, t0)
+
+
+def _with_horizon(problem: OptimalControlProblem, horizon: int) -> OptimalControlProblem:
+    """The same problem over ``horizon`` nodes."""
+    if horizon == problem.steps:
+        return problem
+    return OptimalControlProblem(
+        problem.system,
+        problem.method,
+        problem.state0,
+        problem.dt,
+        horizon,
+        problem.stage_cost,
+        problem.terminal_cost,
+        control_dim=problem.control_dim,
+        lower=problem.lower if problem.bounded else None,
+        upper=problem.upper if problem.bounded else None,
+        chart=problem.chart,
+    )
+
+
+def _retarget(problem: OptimalControlProblem, x, t0) -> OptimalControlProblem:
+    """The model problem from the measured state ``x`` at time ``t0`` (fields replaced, so no
+    re-validation inside the loop)."""
+    return eqx.tree_at(
+        lambda p: (p.state0, p.stage_cost, p.method),
+        problem,
+        (x, _shift_cost(problem.stage_cost, t0), _TimeShiftedMethod(problem.method, t0)),
+    )
+
+
+class _TargetError(eqx.Module):
+    """``|r(x)|`` of a terminal residual, or ``Φ(x)`` of a terminal cost (``norm=False``)."""
+
+    fn: Callable
+    norm: bool = eqx.field(static=True, default=True)
+
+    def __call__(self, t, x):
+        v = self.fn(x)
+        return jnp.linalg.norm(v) if self.norm else v
+
+
+def _default_error(problem):
+    """``|r(x)|`` of the terminal target residual (a :class:`ResidualCost` terminal cost), else the
+    terminal cost ``Φ(x)``."""
+    tc = problem.terminal_cost
+    if isinstance(tc, ResidualCost):
+        return _TargetError(tc.residual)
+    if tc is not None:
+        return _TargetError(tc, norm=False)
+    return None
+
+
+# --- the closed loop --------------------------------------------------------------------------------
+def _structure(x):
+    return jax.tree_util.tree_structure(x), [
+        (jnp.shape(a), jnp.result_type(a)) for a in jax.tree_util.tree_leaves(x)
+    ]
+
+
+@eqx.filter_jit
+def _run(problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps):
+    dt, m = problem.dt, problem.control_dim
+    dtype = problem.dtype
+    solver = controller.solver
+
+    def body(carry, j):
+        x, plan = carry
+        t = dt * j.astype(dtype)
+        sol = solve_ocp(_retarget(problem, x, t), solver, plan, max_iters=controller.iterations)
+        u = sol.us[0]
+        d = jnp.zeros((m,), dtype) if disturbance is None else disturbance(t).astype(dtype)
+        x1 = plant_method.step(plant_system, x, dt, u + d, t)[0]
+        plan1 = jnp.concatenate([sol.us[1:], sol.us[-1:]])
+        return (x1, plan1), (x, u, error(t, x), sol.result, sol.cost, sol.iterations)
+
+    (xN, plan), (xs, u, err, res, cost, its) = jax.lax.scan(
+        body, (x0, us), jnp.arange(steps, dtype=jnp.int32)
+    )
+    times = dt * jnp.arange(steps + 1, dtype=dtype)
+    states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), xs, xN)
+    err = jnp.concatenate([err, error(times[-1], xN)[None]])
+    return MPCResult(times, states, u, err, res, cost, its, plan)
+
+
+def run_mpc(
+    problem: OptimalControlProblem,
+    plant_system=None,
+    plant_method: AbstractMethod | None = None,
+    x0=None,
+    steps: int = 1,
+    disturbance: Callable | None = None,
+    *,
+    controller: MPC | None = None,
+    us=None,
+    error: Callable | None = None,
+) -> MPCResult:
+    """Run model predictive control of a plant for ``steps`` control steps of ``problem.dt``.
+
+    Arguments:
+        problem: the model :class:`~geomjax.control.trajopt.OptimalControlProblem` (system,
+            method, costs, bounds, ``dt``; its ``steps`` is the horizon unless
+            ``controller.horizon`` is set; its ``state0`` is replaced by the measured state at
+            every step and its node times by ``t_j + k·dt``: a stage cost may track a
+            time-dependent reference).  Bounds and costs only (no path/terminal constraints).
+        plant_system, plant_method: the simulated plant (default: the model's); its state must
+            have the model state's structure (it is measured exactly).
+        x0: the plant's initial state (default: ``problem.state0``).
+        steps: number of control steps (≥ 1).
+        disturbance: ``d(t) -> (m,)`` added to the applied control in the plant (an input
+            disturbance: a torque for torque-controlled bodies), or None.
+        controller: :class:`MPC` settings (default ``MPC()``).
+        us: initial guess of the first plan ``(N, m)`` (default zeros): pass the controls of a
+            converged :func:`~geomjax.control.trajopt.solve_ocp` from ``x0`` to start from an
+            optimal plan, as a controller that plans before it starts.
+        error: ``e(t, state) -> scalar`` tracking error recorded along the run (default: the norm
+            of the target residual, i.e. of a :class:`~geomjax.control.trajopt.ResidualCost`
+            terminal cost's residual (``|(log(R*⁻¹R), Ω)|`` for
+            :func:`~geomjax.control.examples.attitude_problem`), else the terminal cost ``Φ``).
+
+    Returns an :class:`MPCResult`.  Jittable and vmappable (one ``lax.scan``; compiled once per
+    problem structure and ``steps``).  Callables are part of the compiled program's key: pass
+    ``disturbance``/``error`` as ``equinox.Module`` values with array fields (not new lambdas) to
+    change their values without recompiling."""
+    where = "run_mpc"
+    if not isinstance(problem, OptimalControlProblem):
+        raise ValueError(
+            f"{where}: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
+        )
+    if problem.constrained:
+        raise ValueError(
+            f"{where}: argument 'problem' has path/terminal constraints; the receding-horizon "
+            "solves take bounds and costs only (state the target as a terminal cost)"
+        )
+    controller = MPC() if controller is None else controller
+    if not isinstance(controller, MPC):
+        raise ValueError(f"{where}: argument 'controller' must be an MPC, got {controller!r}")
+    if not (isinstance(steps, int | np.integer) and steps >= 1):
+        raise ValueError(f"{where}: argument 'steps' must be a positive int, got {steps!r}")
+    if controller.horizon is not None:
+        problem = _with_horizon(problem, int(controller.horizon))
+    plant_system = problem.system if plant_system is None else plant_system
+    plant_method = problem.method if plant_method is None else plant_method
+    if not isinstance(plant_method, AbstractMethod):
+        raise ValueError(
+            f"{where}: argument 'plant_method' must be a geomjax method, got {plant_method!r}"
+        )
+    x0 = problem.state0 if x0 is None else x0
+    if hasattr(plant_system, "check_state"):
+        try:
+            x0 = plant_system.check_state(x0)
+        except ValueError as e:
+            raise ValueError(f"{where}: argument 'x0' is not a state of the plant: {e}") from e
+    if _structure(x0) != _structure(problem.state0):
+        raise ValueError(
+            f"{where}: argument 'x0' (the plant state) must have the structure, shapes and dtypes "
+            f"of the model's state0 {_structure(problem.state0)}, got {_structure(x0)}"
+        )
+    m, dtype = problem.control_dim, problem.dtype
+    if disturbance is not None:
+        if not callable(disturbance):
+            raise ValueError(f"{where}: argument 'disturbance' must be callable d(t) -> ({m},)")
+        out = jax.eval_shape(disturbance, jax.ShapeDtypeStruct((), dtype))
+        if getattr(out, "shape", None) != (m,):
+            raise ValueError(
+                f"{where}: argument 'disturbance' must return shape ({m},) (control_dim), got {out}"
+            )
+    u_probe = jax.ShapeDtypeStruct((m,), dtype)
+    try:
+        out = jax.eval_shape(
+            lambda x, u: plant_method.step(plant_system, x, problem.dt, u, 0.0)[0], x0, u_probe
+        )
+    except Exception as e:
+        raise ValueError(
+            f"{where}: one step of argument 'plant_method' on 'plant_system' with a control of "
+            f"shape ({m},) failed: {type(e).__name__}: {e}"
+        ) from e
+    if _structure(out) != _structure(problem.state0):
+        raise ValueError(
+            f"{where}: a step of the plant (arguments 'plant_system', 'plant_method') returns "
+            f"{_structure(out)}, not the model's state structure {_structure(problem.state0)}"
+        )
+    N = problem.steps
+    us = jnp.zeros((N, m), dtype) if us is None else jnp.asarray(us, dtype)
+    if us.shape != (N, m):
+        raise ValueError(
+            f"{where}: argument 'us' must have shape (horizon, control_dim) = ({N}, {m}), "
+            f"got {us.shape}"
+        )
+    error = _default_error(problem) if error is None else error
+    if error is None:
+        raise ValueError(
+            f"{where}: the problem has no terminal target; pass argument 'error' e(t, state)"
+        )
+    try:
+        out = jax.eval_shape(error, jax.ShapeDtypeStruct((), dtype), x0)
+    except Exception as e:
+        raise ValueError(
+            f"{where}: calling argument 'error' e(t, state) failed: {type(e).__name__}: {e}"
+        ) from e
+    if getattr(out, "shape", None) != ():
+        raise ValueError(f"{where}: argument 'error' must return a scalar, got {out}")
+    return _run(
+        problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
+    )
