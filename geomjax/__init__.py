@@ -28,7 +28,10 @@ from .control import (
     DDP,
     ILQR,
     AugmentedLagrangian,
+    BaseVelocityState,
+    BaseVelocitySystem,
     GroupParam,
+    LiftMagnus4,
     OptimalControlProblem,
     OptimizeResult,
     optimize,
@@ -198,6 +201,9 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "ILQR",
     "DDP",
     "AugmentedLagrangian",
+    "BaseVelocitySystem",
+    "BaseVelocityState",
+    "LiftMagnus4",
 ]
 
 # last: everything imported so far lives as long as the process (geomjax._gc)
