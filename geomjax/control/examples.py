@@ -735,6 +735,31 @@ class _CartPoleTerminal(eqx.Module):
         return jnp.concatenate([x.q - q_target, x.p])
 
 
+class _CartPoleMetric(eqx.Module):
+    mc: float = eqx.field(static=True)
+    mp: float = eqx.field(static=True)
+    l: float = eqx.field(static=True)
+
+    def __call__(self, q):
+        c = self.mp * self.l * jnp.cos(q[1])
+        return jnp.array([[self.mc + self.mp, c], [c, self.mp * self.l**2]], q.dtype)
+
+
+class _CartPolePotential(eqx.Module):
+    mp: float = eqx.field(static=True)
+    l: float = eqx.field(static=True)
+    g: float = eqx.field(static=True)
+
+    def __call__(self, q):
+        return -self.mp * self.g * self.l * jnp.cos(q[1])
+
+
+def _cartpole_force(t, q, qdot, u):
+    if u is None:
+        return jnp.zeros(2, q.dtype)
+    return jnp.stack([u[0], jnp.zeros((), q.dtype)])
+
+
 def cartpole_problem(
     force_max=6.0,
     mass_cart=1.0,
@@ -762,20 +787,14 @@ def cartpole_problem(
 
     dtype = dtype or jnp.result_type(float)
     mc, mp, l, g = (float(v) for v in (mass_cart, mass_pole, length, gravity))
-
-    def metric(q):
-        c = mp * l * jnp.cos(q[1])
-        return jnp.array([[mc + mp, c], [c, mp * l * l]], q.dtype)
-
-    def potential(q):
-        return -mp * g * l * jnp.cos(q[1])
-
-    def force(t, q, qdot, u):
-        if u is None:
-            return jnp.zeros(2, q.dtype)
-        return jnp.stack([u[0], jnp.zeros((), q.dtype)])
-
-    system = LagrangianSystem(metric=metric, potential=potential, force=force, dim=2)
+    # module-level callables with static parameters: equal problems share one compiled program
+    # (closures defined here would be new functions, recompiling every problem)
+    system = LagrangianSystem(
+        metric=_CartPoleMetric(mc, mp, l),
+        potential=_CartPolePotential(mp, l, g),
+        force=_cartpole_force,
+        dim=2,
+    )
     x0 = VariationalState(jnp.zeros(2, dtype), jnp.zeros(2, dtype), jnp.zeros(0, dtype))
     kw, terminal = _limits_and_target(
         force_max, 1, dtype, _CartPoleTerminal(), exact_target, weight
@@ -954,6 +973,13 @@ def rolling_ball_problem(
     )
 
 
+@eqx.filter_jit
+def _lift_final(system, x0, us, h):
+    """Final state of :class:`LiftMagnus4` steps of ``h`` with the controls ``us``."""
+    step = LiftMagnus4().step
+    return jax.lax.fori_loop(0, us.shape[0], lambda k, x: step(system, x, h, us[k])[0], x0)
+
+
 class _SpacecraftTarget(eqx.Module):
     """``(log(R*⁻¹ R₁), b − b₀)`` ``(5,)``: the spacecraft's attitude on target, the robot back
     at its start."""
@@ -981,8 +1007,9 @@ def spacecraft_problem(
 ):
     """Cabrera, *Base-controlled mechanical systems and geometric phases*, §5.3: a robot (small
     ball) rolling inside a spacecraft (free big ball) at zero angular momentum turns it to
-    ``target_attitude`` (default ``exp(0.05 (0, 0, 1))``, a turn about the axis through the
-    start point's polar circle) and comes back to its start ``base0``: the geometric phase of a
+    ``target_attitude`` (default: the holonomy of the loop ``loop_controls(steps, duration,
+    radius=0.45)`` from ``base0``, about 0.03 rad, so it is reachable) and comes back to its
+    start ``base0``: the geometric phase of a
     closed base path as a trajectory-optimization problem
     (:func:`geomjax.reconstruction.ball_in_ball` through :class:`BaseVelocitySystem` and
     :class:`LiftMagnus4`).
@@ -1001,12 +1028,13 @@ def spacecraft_problem(
     system = BaseVelocitySystem(
         ball_in_ball(f(mass_big), f(mass_small), f(radius_big), f(radius_small))
     )
-    if target_attitude is None:
-        target_attitude = SO3.exp(jnp.array([0.0, 0.0, 0.05], dtype))
     b0 = f(base0)
+    x0 = BaseVelocityState(PowerGroup(SO3, 2).identity(dtype=dtype), b0)
+    if target_attitude is None:  # the holonomy of a reference loop: reachable
+        ref = loop_controls(steps, duration, radius=0.45, dtype=dtype)
+        target_attitude = _lift_final(system, x0, ref, jnp.asarray(duration / steps, dtype)).g[0]
     res = _SpacecraftTarget(f(target_attitude), b0)
     kw, terminal = _limits_and_target(speed_max, 2, dtype, res, exact_target, weight)
-    x0 = BaseVelocityState(PowerGroup(SO3, 2).identity(dtype=dtype), b0)
     return OptimalControlProblem(
         system,
         LiftMagnus4(),

@@ -232,13 +232,18 @@ def test_bad_input_names_the_argument():
         solve_ocp(attitude_problem(steps=5, method=gj.RKMK4()), ILQR())
 
 
-def test_non_converged_run_says_so():
+def test_non_converged_run_says_so(capsys):
     prob = _attitude_penalty()
-    sol = solve_ocp(prob, ILQR(), max_iters=2)
+    sol = solve_ocp(prob, ILQR(), max_iters=2, progress=True)
     assert sol.stop_reason == "max_iters"
     assert not bool(sol.succeeded)
     with pytest.raises(ConvergenceError, match="maximum number of iterations"):
         sol.check()
+    # the eager solve reports each iteration to the host: wall times at the end of both
+    # iterations, nondecreasing; the progress bar (stderr) shows the compile time
+    t = np.asarray(sol.history["time"])
+    assert np.all(np.isfinite(t)) and t[1] >= t[0] > 0
+    assert "compile + 1st iteration" in capsys.readouterr().err
 
 
 # --- vmap over problems ------------------------------------------------------------------------
@@ -261,6 +266,7 @@ def test_vmap_over_targets_matches_individual_solves():
 
     batch = jax.jit(jax.vmap(one))(angles)
     assert np.all(np.asarray(batch.result) == 0)
+    assert np.all(np.isnan(np.asarray(batch.history["time"])))  # no host timing under jit
     single = one(angles[2])
     np.testing.assert_allclose(batch.us[2], single.us, atol=1e-10)
     R = SO3.from_axis_angle(jnp.array([1.0, 2.0, -1.0]) / jnp.sqrt(6.0), angles[0])

