@@ -947,7 +947,6 @@ def rolling_ball_problem(
     :class:`~geomjax.control.AugmentedLagrangian`) or the penalty ``weight/2 |(log(R*⁻¹R), x −
     x*)|²``.  Documented initial guess: :func:`loop_controls` (one loop of radius 0.3)."""
     from ..reconstruction.examples import ball_on_turntable
-    from .trajopt import LieGroupChart, OptimalControlProblem
 
     dtype = dtype or jnp.result_type(float)
     system = BaseVelocitySystem(
@@ -957,8 +956,17 @@ def rolling_ball_problem(
         axis = jnp.array([1.0, -1.0, 2.0], dtype) / math.sqrt(6.0)
         target_attitude = SO3.from_axis_angle(axis, jnp.asarray(0.8, dtype))
     res = _BallTarget(jnp.asarray(target_attitude, dtype), jnp.asarray(target_position, dtype))
-    kw, terminal = _limits_and_target(speed_max, 2, dtype, res, exact_target, weight)
     x0 = BaseVelocityState(jnp.eye(3, dtype=dtype), jnp.zeros(2, dtype))
+    return _base_velocity_problem(system, x0, res, duration, steps, speed_max, exact_target, weight)
+
+
+def _base_velocity_problem(system, x0, residual, duration, steps, speed_max, exact, weight):
+    """Minimum ``½∫|ḃ|² dt`` for a :class:`BaseVelocitySystem` (:class:`LiftMagnus4`) with the
+    bounds ``|ḃ_i| ≤ speed_max`` and the terminal ``residual`` (equality or penalty)."""
+    from .trajopt import LieGroupChart, OptimalControlProblem
+
+    dtype, nb = x0.b.dtype, x0.b.shape[0]
+    kw, terminal = _limits_and_target(speed_max, nb, dtype, residual, exact, weight)
     return OptimalControlProblem(
         system,
         LiftMagnus4(),
@@ -967,7 +975,7 @@ def rolling_ball_problem(
         steps,
         _Effort(),
         terminal,
-        control_dim=2,
+        control_dim=nb,
         chart=LieGroupChart(),
         **kw,
     )
@@ -1021,7 +1029,6 @@ def spacecraft_problem(
     initial guess: :func:`loop_controls`."""
     from ..lie import PowerGroup
     from ..reconstruction.examples import ball_in_ball
-    from .trajopt import LieGroupChart, OptimalControlProblem
 
     dtype = dtype or jnp.result_type(float)
     f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
@@ -1034,16 +1041,4 @@ def spacecraft_problem(
         ref = loop_controls(steps, duration, radius=0.45, dtype=dtype)
         target_attitude = _lift_final(system, x0, ref, jnp.asarray(duration / steps, dtype)).g[0]
     res = _SpacecraftTarget(f(target_attitude), b0)
-    kw, terminal = _limits_and_target(speed_max, 2, dtype, res, exact_target, weight)
-    return OptimalControlProblem(
-        system,
-        LiftMagnus4(),
-        x0,
-        duration / steps,
-        steps,
-        _Effort(),
-        terminal,
-        control_dim=2,
-        chart=LieGroupChart(),
-        **kw,
-    )
+    return _base_velocity_problem(system, x0, res, duration, steps, speed_max, exact_target, weight)

@@ -18,9 +18,9 @@ def rotation_angle(R):
     return float(np.arctan2(s, c))
 
 
-def rigid_body_zoh(I_body, mass, R0, x0, controls, dt):
+def rigid_body_zoh(I_body, mass, R0, x0, controls, dt, gravity=0.0):
     """Free rigid body (centre of mass at the body origin) under body torques/forces held constant
-    on each step, in spatial form: ``π̇ = R τ``, ``ṗ = R f``, ``Ṙ = hat(R I⁻¹ Rᵀ π) R``,
+    on each step, in spatial form: ``π̇ = R τ``, ``ṗ = R f − m g e_z``, ``Ṙ = hat(R I⁻¹ Rᵀ π) R``,
     ``ẋ = p/m``.  ``controls`` ``(steps, 3)`` (torques) or ``(steps, 6)`` (torque, force).
     Returns ``(R(T), x(T), ω_body(T), v_body(T))``."""
     I_body = np.asarray(I_body)
@@ -34,7 +34,8 @@ def rigid_body_zoh(I_body, mass, R0, x0, controls, dt):
         w = R @ Iinv @ R.T @ pi
         tau = u[:3]
         f = u[3:] if u.shape[0] == 6 else np.zeros(3)
-        return np.concatenate([(hat(w) @ R).ravel(), R @ tau, p / mass, R @ f])
+        weight = np.array([0.0, 0.0, mass * gravity])
+        return np.concatenate([(hat(w) @ R).ravel(), R @ tau, p / mass, R @ f - weight])
 
     for k, u in enumerate(controls):
         sol = scipy_integrate.solve_ivp(rhs, (k * dt, (k + 1) * dt), y, args=(u,), **TOL)
