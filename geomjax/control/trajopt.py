@@ -941,18 +941,22 @@ def _ddp_loop(problem, solver, xs, us, feasible, duals, max_iters, k_init=None, 
         def bw(reg):
             return _backward(problem, solver, lin, VxN, VxxN, gaps, s.xs, s.us, s.k, reg)
 
+        # the backward pass appears once in the program (inside the loop, run at least once):
+        # a first call outside it would double the compiled code (DDP's curvature terms most)
         def retry_cond(c):
-            reg, _, ok = c
-            return ~ok & (reg < solver.reg_max)
+            reg, _, ok, first = c
+            return first | (~ok & (reg < solver.reg_max))
 
         def retry_body(c):
-            reg, _, _ = c
-            reg = jnp.minimum(reg * solver.reg_factor, solver.reg_max)
+            reg, _, _, first = c
+            reg = jnp.where(first, reg, jnp.minimum(reg * solver.reg_factor, solver.reg_max))
             out, ok = bw(reg)
-            return reg, out, ok
+            return reg, out, ok, jnp.zeros((), bool)
 
-        out, ok = bw(s.reg)
-        reg, out, ok = jax.lax.while_loop(retry_cond, retry_body, (s.reg, out, ok))
+        shapes = jax.eval_shape(bw, s.reg)
+        out0, ok0 = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+        init = (s.reg, out0, ok0, jnp.ones((), bool))
+        reg, out, ok, _ = jax.lax.while_loop(retry_cond, retry_body, init)
         Vx = jnp.concatenate([out["Vx"], VxN[None]])
         Vxx = jnp.concatenate([out["Vxx"], VxxN[None]])
         f_all = jnp.concatenate([jnp.zeros((1, n), dtype), gaps])  # gap into node k (f_0 = 0)
