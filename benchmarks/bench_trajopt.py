@@ -92,13 +92,13 @@ def crocoddyl_quadrotor(bounded=False):
 
 def _timed_solve(prob, solver, max_iters, repeats=5):
     t0 = time.perf_counter()
-    sol = solve_ocp(prob, solver, max_iters=max_iters)
+    sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
     jax.block_until_ready(sol.us)
     compile_s = time.perf_counter() - t0
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        sol = solve_ocp(prob, solver, max_iters=max_iters)
+        sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
         jax.block_until_ready(sol.us)
         walls.append(time.perf_counter() - t0)
     return sol, compile_s - min(walls), min(walls)
@@ -217,6 +217,7 @@ def batch_rows(fast):
 
 def main(argv=None):
     fast = fast_mode(argv)
+    load_start = os.getloadavg()
     cols = [
         "problem",
         "solver",
@@ -233,7 +234,13 @@ def main(argv=None):
     print_table(arows, cols, "(b) torque-limited attitude: DDP/iLQR vs L-BFGS shooting")
     brows = batch_rows(fast)
     print_table(brows, ["mode", "problems_per_s", "converged"], "(c) batched attitude problems")
-    write_json("bench_trajopt", dict(quadrotor=qrows, attitude=arows, batch=brows))
+    # a shared machine: the load average (1, 5, 15 min) at the start and end of the run; the
+    # ratios within one run are what to compare
+    load = dict(start=load_start, end=os.getloadavg())
+    print("load average (1, 5, 15 min): start", load["start"], "end", load["end"])
+    write_json(
+        "bench_trajopt", dict(quadrotor=qrows, attitude=arows, batch=brows, load_average=load)
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ from .control import (
     ILQR,
     MPC,
     AugmentedLagrangian,
+    BaseVelocityState,
+    BaseVelocitySystem,
     GroupParam,
+    LiftMagnus4,
     OptimalControlProblem,
     OptimizeResult,
     optimize,
@@ -210,6 +213,9 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "solve_ocp_implicit",
     "MPC",
     "run_mpc",
+    "BaseVelocitySystem",
+    "BaseVelocityState",
+    "LiftMagnus4",
 ]
 
 # last: everything imported so far lives as long as the process (geomjax._gc)

@@ -23,6 +23,7 @@ from .curves import (
     SphereLoop,
     Trajectory,
 )
+from .examples import BaseVelocityState, BaseVelocitySystem, LiftMagnus4
 from .losses import (
     Loss,
     bound_penalty,
@@ -58,10 +59,13 @@ __all__ = [
     "AbstractTimeLaw",
     "Actuated",
     "AugmentedLagrangian",
+    "BaseVelocityState",
+    "BaseVelocitySystem",
     "EuclideanChart",
     "FourierLoop",
     "GroupParam",
     "LieGroupChart",
+    "LiftMagnus4",
     "LinearTimeLaw",
     "Loss",
     "MPCResult",

@@ -42,8 +42,11 @@ __all__ = [
     "QUADROTOR",
     "AttitudeManeuver",
     "BallOnPlate",
+    "BaseVelocityState",
+    "BaseVelocitySystem",
     "KinematicState",
     "KinematicSystem",
+    "LiftMagnus4",
     "Magnus4",
     "PoseManeuver",
     "SemiImplicitEuler",
@@ -51,9 +54,12 @@ __all__ = [
     "SpacecraftReorientation",
     "attitude_problem",
     "cartpole_problem",
+    "loop_controls",
     "quadrotor_actuation",
     "quadrotor_problem",
+    "rolling_ball_problem",
     "sine_basis_controls",
+    "spacecraft_problem",
 ]
 
 
@@ -729,6 +735,31 @@ class _CartPoleTerminal(eqx.Module):
         return jnp.concatenate([x.q - q_target, x.p])
 
 
+class _CartPoleMetric(eqx.Module):
+    mc: float = eqx.field(static=True)
+    mp: float = eqx.field(static=True)
+    l: float = eqx.field(static=True)
+
+    def __call__(self, q):
+        c = self.mp * self.l * jnp.cos(q[1])
+        return jnp.array([[self.mc + self.mp, c], [c, self.mp * self.l**2]], q.dtype)
+
+
+class _CartPolePotential(eqx.Module):
+    mp: float = eqx.field(static=True)
+    l: float = eqx.field(static=True)
+    g: float = eqx.field(static=True)
+
+    def __call__(self, q):
+        return -self.mp * self.g * self.l * jnp.cos(q[1])
+
+
+def _cartpole_force(t, q, qdot, u):
+    if u is None:
+        return jnp.zeros(2, q.dtype)
+    return jnp.stack([u[0], jnp.zeros((), q.dtype)])
+
+
 def cartpole_problem(
     force_max=6.0,
     mass_cart=1.0,
@@ -756,20 +787,14 @@ def cartpole_problem(
 
     dtype = dtype or jnp.result_type(float)
     mc, mp, l, g = (float(v) for v in (mass_cart, mass_pole, length, gravity))
-
-    def metric(q):
-        c = mp * l * jnp.cos(q[1])
-        return jnp.array([[mc + mp, c], [c, mp * l * l]], q.dtype)
-
-    def potential(q):
-        return -mp * g * l * jnp.cos(q[1])
-
-    def force(t, q, qdot, u):
-        if u is None:
-            return jnp.zeros(2, q.dtype)
-        return jnp.stack([u[0], jnp.zeros((), q.dtype)])
-
-    system = LagrangianSystem(metric=metric, potential=potential, force=force, dim=2)
+    # module-level callables with static parameters: equal problems share one compiled program
+    # (closures defined here would be new functions, recompiling every problem)
+    system = LagrangianSystem(
+        metric=_CartPoleMetric(mc, mp, l),
+        potential=_CartPolePotential(mp, l, g),
+        force=_cartpole_force,
+        dim=2,
+    )
     x0 = VariationalState(jnp.zeros(2, dtype), jnp.zeros(2, dtype), jnp.zeros(0, dtype))
     kw, terminal = _limits_and_target(
         force_max, 1, dtype, _CartPoleTerminal(), exact_target, weight
@@ -785,3 +810,235 @@ def cartpole_problem(
         control_dim=1,
         **kw,
     )
+
+
+# --- nonholonomic planning: the base velocity as the control ---------------------------------------
+class BaseVelocityState(eqx.Module):
+    """State of :class:`BaseVelocitySystem`: the fiber variable ``g`` (the group's element shape)
+    and the base point ``b`` ``(base_dim,)``."""
+
+    g: jax.Array
+    b: jax.Array
+
+
+class BaseVelocitySystem(eqx.Module):
+    """A base-controlled system (Cabrera, *Base-controlled mechanical systems and geometric
+    phases*, §2–4) driven by its base velocity: state ``(g, b)`` on ``G × B``, control ``u = ḃ``
+    ``(base_dim,)``, zero momentum.  The fiber moves by the horizontal lift (§4.3, Prop. 4.12)
+
+        ḃ = u,     ġ = g ξ,   ξ = horizontal_velocity(b, u):  C ξ = r,  ⟨I₀ ξ + J₀, X⟩ = 0 (X ∈ g^{d₀}),
+
+    the constraint terms ``C, r`` (affine constraints included), locked inertia ``I₀`` and momentum
+    map ``J₀`` taken at the section ``d₀ = section(b)`` with velocity ``d section(b)·u``: a
+    kinematic (driftless, or affine for a turntable) control system, the setting of nonholonomic
+    motion planning.  Integrate it with :class:`LiftMagnus4`; the chart of the trajectory
+    optimizers is :class:`~geomjax.control.LieGroupChart` (``b`` takes the place of the momentum)."""
+
+    system: object  # a geomjax.reconstruction.BaseControlledSystem
+
+    @property
+    def group(self):
+        return self.system.group
+
+    def split(self, state):
+        return state.g, state.b
+
+    def make_state(self, g, b):
+        return BaseVelocityState(g, b)
+
+    def check_state(self, state, name="state0"):
+        if not isinstance(state, BaseVelocityState):
+            raise ValueError(
+                f"BaseVelocitySystem: argument '{name}' must be a BaseVelocityState, got "
+                f"{type(state).__name__}"
+            )
+        nb = self.system.base_dim
+        if jnp.shape(state.b) != (nb,):
+            raise ValueError(
+                f"BaseVelocitySystem: argument '{name}'.b must have shape ({nb},) (base_dim), "
+                f"got {jnp.shape(state.b)}"
+            )
+        return state
+
+    def horizontal_velocity(self, b, u):
+        """Body velocity ``ξ`` ``(dim G,)`` of the zero-momentum lift at the base point ``b`` with
+        base velocity ``u`` (the same saddle-point system as
+        :meth:`geomjax.reconstruction.Reconstruction.lift_velocity`)."""
+        from ..reconstruction.core import saddle_solve
+
+        S = self.system
+        q, v = jax.jvp(S.section, (b,), (u,))
+        C, r = S.constraint_terms(q, v)
+        return saddle_solve(S.locked_inertia(q), C, -S.momentum_map(q, v), r)[0]
+
+
+class LiftMagnus4(AbstractMethod):
+    """One step of :class:`BaseVelocitySystem` with the base velocity ``u`` held over the step:
+    ``b`` moves on the segment ``b_k + s u`` (exactly), ``g`` by the fourth-order Magnus step
+    :func:`geomjax.reconstruction.magnus4_update` with ``ξ`` at the two Gauss points of the
+    segment (the step of :class:`~geomjax.reconstruction.HorizontalLift` for a base curve that is
+    piecewise linear).  Exact when ``ξ`` is constant along the segment (a ball on a fixed plate)."""
+
+    order: ClassVar[int] = 4
+
+    def supports(self, system) -> bool:
+        return isinstance(system, BaseVelocitySystem)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        from ..reconstruction.methods import GAUSS_NODES, magnus4_update
+
+        g, b = state.g, state.b
+        h = jnp.asarray(dt, b.dtype)
+        u = jnp.zeros_like(b) if control is None else jnp.asarray(control, b.dtype)
+        nodes = jnp.asarray(GAUSS_NODES, b.dtype)
+        xis = jax.vmap(lambda s: system.horizontal_velocity(b + s * h * u, u))(nodes)
+        g1 = magnus4_update(system.group, g, xis[0], xis[1], h, "left")
+        return BaseVelocityState(g1, b + h * u), StepStats.explicit(b.dtype)
+
+
+def loop_controls(steps: int, duration: float, radius=0.3, turns: int = 1, dtype=None):
+    """Base velocities ``(steps, 2)`` of a closed polygonal loop: the zero-order-hold controls
+    ``u_k = (c(t_{k+1}) − c(t_k))/h`` of the circle ``c(t) = r (cos 2πnt/T − 1, sin 2πnt/T)``
+    (from the start point, counter-clockwise, ``n = turns``); they sum to zero (the base returns
+    to its start exactly).  The documented initial guess of :func:`rolling_ball_problem` and
+    :func:`spacecraft_problem`, whose attitude targets need a loop (zero controls are a saddle:
+    the attitude change of a short path is first order in the displacement only)."""
+    dtype = dtype or jnp.result_type(float)
+    h = duration / steps
+    s = 2 * math.pi * turns * jnp.arange(steps + 1, dtype=dtype) / steps
+    c = radius * jnp.stack([jnp.cos(s) - 1.0, jnp.sin(s)], -1)
+    return (c[1:] - c[:-1]) / h
+
+
+class _BallTarget(eqx.Module):
+    """``(log(R*⁻¹ R), x − x*)`` ``(5,)`` with the ball's attitude ``R = g⁻¹``."""
+
+    attitude: jax.Array
+    position: jax.Array
+
+    def __call__(self, x):
+        return jnp.concatenate([SO3.rminus(SO3.inverse(x.g), self.attitude), x.b - self.position])
+
+
+def rolling_ball_problem(
+    target_attitude=None,
+    target_position=(0.5, 0.0),
+    table_rate=0.0,
+    radius=1.0,
+    duration=2.0,
+    steps=20,
+    speed_max=None,
+    exact_target: bool = True,
+    weight: float = 1e3,
+    dtype=None,
+):
+    """Nonholonomic planning for a ball rolling without slipping or spinning (about the vertical)
+    on a plate, or on a turntable spinning at ``table_rate``: steer it from rest at the origin
+    with attitude ``I`` to the attitude ``target_attitude`` (default ``exp(0.8 (1, −1, 2)/√6)``)
+    AND the contact point ``target_position``, the control being the velocity ``u = ẋ`` of the
+    contact point (:func:`geomjax.reconstruction.ball_on_turntable`, Cabrera §5.2, through
+    :class:`BaseVelocitySystem` and :class:`LiftMagnus4`).
+
+    Rolling (spatial ``ω``, radius ``a``, table rate ``Ω``): ``ẋ − a ω_y = −Ω y``,
+    ``ẏ + a ω_x = Ω x``, ``ω_z = 0``, i.e. ``Ṙ = ω̂ R`` with ``ω = ((Ω x − ẏ)/a, (ẋ + Ω y)/a, 0)``
+    (on a fixed plate the step is exact).  State ``(g, x)`` with ``g = R⁻¹`` (the group acts by
+    ``R g⁻¹``).  Minimum ``½∫|ẋ|² dt`` subject to ``|ẋ_i| ≤ speed_max`` (None: no bound) and the
+    final pose as a terminal equality (``exact_target``, solve with
+    :class:`~geomjax.control.AugmentedLagrangian`) or the penalty ``weight/2 |(log(R*⁻¹R), x −
+    x*)|²``.  Documented initial guess: :func:`loop_controls` (one loop of radius 0.3)."""
+    from ..reconstruction.examples import ball_on_turntable
+
+    dtype = dtype or jnp.result_type(float)
+    system = BaseVelocitySystem(
+        ball_on_turntable(rate=jnp.asarray(table_rate, dtype), radius=jnp.asarray(radius, dtype))
+    )
+    if target_attitude is None:
+        axis = jnp.array([1.0, -1.0, 2.0], dtype) / math.sqrt(6.0)
+        target_attitude = SO3.from_axis_angle(axis, jnp.asarray(0.8, dtype))
+    res = _BallTarget(jnp.asarray(target_attitude, dtype), jnp.asarray(target_position, dtype))
+    x0 = BaseVelocityState(jnp.eye(3, dtype=dtype), jnp.zeros(2, dtype))
+    return _base_velocity_problem(system, x0, res, duration, steps, speed_max, exact_target, weight)
+
+
+def _base_velocity_problem(system, x0, residual, duration, steps, speed_max, exact, weight):
+    """Minimum ``½∫|ḃ|² dt`` for a :class:`BaseVelocitySystem` (:class:`LiftMagnus4`) with the
+    bounds ``|ḃ_i| ≤ speed_max`` and the terminal ``residual`` (equality or penalty)."""
+    from .trajopt import LieGroupChart, OptimalControlProblem
+
+    dtype, nb = x0.b.dtype, x0.b.shape[0]
+    kw, terminal = _limits_and_target(speed_max, nb, dtype, residual, exact, weight)
+    return OptimalControlProblem(
+        system,
+        LiftMagnus4(),
+        x0,
+        duration / steps,
+        steps,
+        _Effort(),
+        terminal,
+        control_dim=nb,
+        chart=LieGroupChart(),
+        **kw,
+    )
+
+
+@eqx.filter_jit
+def _lift_final(system, x0, us, h):
+    """Final state of :class:`LiftMagnus4` steps of ``h`` with the controls ``us``."""
+    step = LiftMagnus4().step
+    return jax.lax.fori_loop(0, us.shape[0], lambda k, x: step(system, x, h, us[k])[0], x0)
+
+
+class _SpacecraftTarget(eqx.Module):
+    """``(log(R*⁻¹ R₁), b − b₀)`` ``(5,)``: the spacecraft's attitude on target, the robot back
+    at its start."""
+
+    attitude: jax.Array
+    base: jax.Array
+
+    def __call__(self, x):
+        return jnp.concatenate([SO3.rminus(x.g[0], self.attitude), x.b - self.base])
+
+
+def spacecraft_problem(
+    target_attitude=None,
+    base0=(0.8, 0.0),
+    mass_big=10.0,
+    mass_small=1.0,
+    radius_big=1.0,
+    radius_small=0.2,
+    duration=2.0,
+    steps=20,
+    speed_max=None,
+    exact_target: bool = True,
+    weight: float = 1e3,
+    dtype=None,
+):
+    """Cabrera, *Base-controlled mechanical systems and geometric phases*, §5.3: a robot (small
+    ball) rolling inside a spacecraft (free big ball) at zero angular momentum turns it to
+    ``target_attitude`` (default: the holonomy of the loop ``loop_controls(steps, duration,
+    radius=0.45)`` from ``base0``, about 0.03 rad, so it is reachable) and comes back to its
+    start ``base0``: the geometric phase of a
+    closed base path as a trajectory-optimization problem
+    (:func:`geomjax.reconstruction.ball_in_ball` through :class:`BaseVelocitySystem` and
+    :class:`LiftMagnus4`).
+
+    State ``((R₁, g₃), b)``: spacecraft attitude, small-ball gauge, polar angles ``b = (θ, φ)`` of
+    the robot's centre seen from the spacecraft; control the base velocity ``u = ḃ`` (rad/s),
+    ``|u_i| ≤ speed_max`` (None: no bound).  Minimum ``½∫|ḃ|² dt`` with the terminal equality
+    ``(log(R*⁻¹R₁), b − b₀) = 0`` (``exact_target``) or its penalty ``weight/2 |·|²``.  Documented
+    initial guess: :func:`loop_controls`."""
+    from ..lie import PowerGroup
+    from ..reconstruction.examples import ball_in_ball
+
+    dtype = dtype or jnp.result_type(float)
+    f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+    system = BaseVelocitySystem(
+        ball_in_ball(f(mass_big), f(mass_small), f(radius_big), f(radius_small))
+    )
+    b0 = f(base0)
+    x0 = BaseVelocityState(PowerGroup(SO3, 2).identity(dtype=dtype), b0)
+    if target_attitude is None:  # the holonomy of a reference loop: reachable
+        ref = loop_controls(steps, duration, radius=0.45, dtype=dtype)
+        target_attitude = _lift_final(system, x0, ref, jnp.asarray(duration / steps, dtype)).g[0]
+    res = _SpacecraftTarget(f(target_attitude), b0)
+    return _base_velocity_problem(system, x0, res, duration, steps, speed_max, exact_target, weight)

@@ -48,6 +48,7 @@ changes).  Results: :class:`OCPSolution` with a status (:attr:`OCPSolution.stop_
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -562,7 +563,10 @@ class ILQR(AbstractDDPSolver):
 class DDP(AbstractDDPSolver):
     """Differential dynamic programming: :class:`ILQR` plus the second-order dynamics terms
     ``V'_x · ∂²f`` (the Hessian of ``(δ, w) ↦ f(x̄ ⊕ δ, ū + w) ⊖ x̄'`` by JAX autodiff, the chart's
-    curvature included) in ``Q_xx, Q_ux, Q_uu``."""
+    curvature included) in ``Q_xx, Q_ux, Q_uu``.  The contraction is computed in the backward
+    pass as the Hessian of the scalar ``z ↦ V'_x · F(z)`` (forward-over-reverse, ``n + m``
+    Hessian-vector products per node) rather than the full ``(n, n + m, n + m)`` tensor; its cost
+    per iteration is a few iLQR iterations (quadrotor: ~5×)."""
 
     second_order: ClassVar[bool] = True
 
@@ -618,9 +622,11 @@ class OCPSolution(eqx.Module):
         iterations: iterations run (inner iterations in total for :class:`AugmentedLagrangian`).
         history: per-iteration arrays ``(max_iters,)``, NaN after the last: ``cost`` (before the
             step, including the augmented-Lagrangian terms), ``gap`` (largest multiple-shooting
-            defect), ``violation``, ``reg``, ``step`` (accepted ``α``, 0 if none), ``stop``
-            (expected improvement ``|d₁ + d₂/2|``).  For :class:`AugmentedLagrangian` also
-            ``outer_violation``, ``penalty`` ``(max_outer,)``.
+            defect), ``reg``, ``step`` (accepted ``α``, 0 if none), ``stop`` (expected
+            improvement ``|d₁ + d₂/2|``), ``time`` (wall seconds at the end of the iteration
+            since the call, eager solves only, see :func:`solve_ocp`).  For
+            :class:`AugmentedLagrangian` one entry per outer iteration ``(max_outer,)``:
+            ``cost``, ``violation``, ``penalty``, ``inner_iterations``, ``time``.
         duals: the multipliers and penalty (warm start of another solve).
     """
 
@@ -678,7 +684,7 @@ def _stack_head(x0, rest):
     return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), x0, rest)
 
 
-def _linearize(problem, xs, us, duals, second_order):
+def _linearize(problem, xs, us, duals):
     """Per-node derivatives in the chart (vmapped over the horizon) and the terminal ones."""
     sys, chart = problem.system, problem.chart
     x_run = _index(xs, slice(None, -1))
@@ -688,8 +694,7 @@ def _linearize(problem, xs, us, duals, second_order):
     dtype = problem.dtype
 
     def node(x, u, xn, t, le, li):
-        def F(z):
-            return chart.minus(sys, problem.step(chart.plus(sys, x, z[:n]), u + z[n:], t), xn)
+        F = _node_map(problem, x, u, xn, t)
 
         def at(z):
             return chart.plus(sys, x, z[:n]), u + z[n:]
@@ -699,15 +704,7 @@ def _linearize(problem, xs, us, duals, second_order):
             return y, y
 
         z0 = jnp.zeros(n + problem.control_dim, dtype)
-        if second_order:  # one forward-over-forward trace gives value, Jacobian and Hessian
-
-            def J_aux(z):
-                J, y = jax.jacfwd(F_aux, has_aux=True)(z)
-                return J, (J, y)
-
-            Fzz, (J, gap) = jax.jacfwd(J_aux, has_aux=True)(z0)
-        else:
-            J, gap = jax.jacfwd(F_aux, has_aux=True)(z0)
+        J, gap = jax.jacfwd(F_aux, has_aux=True)(z0)
         p, q, _, _ = problem.sizes
         grad, hess = _cost_derivatives(problem.stage_cost, lambda z: (t, *at(z)), z0)
         grad, hess = problem.dt * grad, problem.dt * hess
@@ -721,10 +718,7 @@ def _linearize(problem, xs, us, duals, second_order):
                 lambda z: problem.path_inequality(t, *at(z)), li, duals.penalty, False, z0
             )
             grad, hess = grad + g_, hess + h_
-        out = dict(gap=gap, A=J[:, :n], B=J[:, n:], lx=grad[:n], lu=grad[n:], hess=hess)
-        if second_order:
-            out["Fzz"] = Fzz
-        return out
+        return dict(gap=gap, A=J[:, :n], B=J[:, n:], lx=grad[:n], lu=grad[n:], hess=hess)
 
     lin = jax.vmap(node)(x_run, us, x_next, problem.times, duals.path_eq, duals.path_ineq)
 
@@ -752,6 +746,26 @@ def _linearize(problem, xs, us, duals, second_order):
         )
         grad, hess = grad + g_, hess + h_
     return lin, grad, hess
+
+
+def _node_map(problem, x, u, xn, t):
+    """``F(z) = f(x̄ ⊕ δ, ū + w) ⊖ x̄'`` of a node, ``z = (δ, w)`` ``(n + m,)``."""
+    sys, chart = problem.system, problem.chart
+    n = chart.dim(sys, problem.state0)
+
+    def F(z):
+        return chart.minus(sys, problem.step(chart.plus(sys, x, z[:n]), u + z[n:], t), xn)
+
+    return F
+
+
+def _dynamics_curvature(problem, x, u, xn, t, v):
+    """DDP's second-order dynamics term ``v · ∂²F`` ``(n + m, n + m)``: the Hessian of the scalar
+    ``z ↦ v · F(z)`` at 0 (forward-over-reverse: ``n + m`` Hessian-vector products, instead of
+    the ``(n + m)²`` directions of the full tensor ``∂²F`` that is then contracted)."""
+    F = _node_map(problem, x, u, xn, t)
+    z0 = jnp.zeros(v.shape[0] + problem.control_dim, v.dtype)
+    return jax.hessian(lambda z: jnp.dot(v, F(z)))(z0)
 
 
 def _cost_derivatives(cost, args_of, z0):
@@ -796,7 +810,7 @@ def _gauss_newton(residual, weights, z0):
     return J.T @ (w * r), (J.T * w) @ J
 
 
-def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, us, k_prev, reg):
+def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg):
     """The Riccati recursion with the box QP; returns gains, value derivatives, the expected
     improvement pieces and whether every factorization succeeded."""
     n = Vx_N.shape[0]
@@ -805,7 +819,7 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, us, k_prev, reg):
 
     def body(carry, inp):
         Vx, Vxx = carry
-        li, f_next, u, kp = inp
+        li, f_next, u, kp, x, xn, t = inp
         A, B = li["A"], li["B"]
         H = li["hess"]
         Vx_eff = Vx + Vxx @ f_next
@@ -815,7 +829,7 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, us, k_prev, reg):
         Qux = H[n:, :n] + B.T @ Vxx @ A
         Quu = H[n:, n:] + B.T @ Vxx @ B
         if solver.second_order:
-            S = jnp.einsum("i,ijk->jk", Vx_eff, li["Fzz"])
+            S = _dynamics_curvature(problem, x, u, xn, t, Vx_eff)
             Qxx = Qxx + S[:n, :n]
             Qux = Qux + S[n:, :n]
             Quu = Quu + S[n:, n:]
@@ -838,7 +852,8 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, us, k_prev, reg):
         out = dict(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu @ kff, ok=ok)
         return (Vx1, Vxx1), out
 
-    (_, _), out = jax.lax.scan(body, (Vx_N, Vxx_N), (lin, gaps_next, us, k_prev), reverse=True)
+    inputs = (lin, gaps_next, us, k_prev, _index(xs, slice(None, -1)), _index(xs, slice(1, None)))
+    (_, _), out = jax.lax.scan(body, (Vx_N, Vxx_N), (*inputs, problem.times), reverse=True)
     ok = jnp.all(out["ok"]) & jnp.all(jnp.isfinite(out["Vxx"])) & jnp.all(jnp.isfinite(out["k"]))
     return out, ok
 
@@ -892,15 +907,16 @@ class _State(eqx.Module):
     hist: dict
 
 
-def _ddp_loop(problem, solver, xs, us, feasible, duals, max_iters, k_init=None):
-    """The compiled inner loop: ``max_iters`` iterations at most (one ``lax.while_loop``)."""
+def _ddp_loop(problem, solver, xs, us, feasible, duals, max_iters, k_init=None, monitor=False):
+    """The compiled inner loop: ``max_iters`` iterations at most (one ``lax.while_loop``);
+    ``monitor``: report each iteration to the host (:class:`_Monitor`)."""
     dtype = problem.dtype
     n = problem.chart.dim(problem.system, problem.state0)
     m, N = problem.control_dim, problem.steps
     tol = _default_tol(solver, dtype)
     alphas = 0.5 ** jnp.arange(solver.line_steps, dtype=dtype)
     nan = jnp.full((max_iters,), jnp.nan, dtype)
-    hist = dict(cost=nan, gap=nan, reg=nan, step=nan, stop=nan)
+    hist = dict(cost=nan, gap=nan, reg=nan, step=nan, stop=nan, time=nan)
     cost0 = _total_cost(problem, xs, us, duals)
     finite0 = jnp.isfinite(cost0)
     state = _State(
@@ -918,25 +934,29 @@ def _ddp_loop(problem, solver, xs, us, feasible, duals, max_iters, k_init=None):
     )
 
     def body(s):
-        lin, VxN, VxxN = _linearize(problem, s.xs, s.us, duals, solver.second_order)
+        lin, VxN, VxxN = _linearize(problem, s.xs, s.us, duals)
         gaps = jnp.where(s.feasible, 0.0, lin["gap"])
 
         # backward pass, raising the regularization until every factorization succeeds
         def bw(reg):
-            return _backward(problem, solver, lin, VxN, VxxN, gaps, s.us, s.k, reg)
+            return _backward(problem, solver, lin, VxN, VxxN, gaps, s.xs, s.us, s.k, reg)
 
+        # the backward pass appears once in the program (inside the loop, run at least once):
+        # a first call outside it would double the compiled code (DDP's curvature terms most)
         def retry_cond(c):
-            reg, _, ok = c
-            return ~ok & (reg < solver.reg_max)
+            reg, _, ok, first = c
+            return first | (~ok & (reg < solver.reg_max))
 
         def retry_body(c):
-            reg, _, _ = c
-            reg = jnp.minimum(reg * solver.reg_factor, solver.reg_max)
+            reg, _, _, first = c
+            reg = jnp.where(first, reg, jnp.minimum(reg * solver.reg_factor, solver.reg_max))
             out, ok = bw(reg)
-            return reg, out, ok
+            return reg, out, ok, jnp.zeros((), bool)
 
-        out, ok = bw(s.reg)
-        reg, out, ok = jax.lax.while_loop(retry_cond, retry_body, (s.reg, out, ok))
+        shapes = jax.eval_shape(bw, s.reg)
+        out0, ok0 = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+        init = (s.reg, out0, ok0, jnp.ones((), bool))
+        reg, out, ok, _ = jax.lax.while_loop(retry_cond, retry_body, init)
         Vx = jnp.concatenate([out["Vx"], VxN[None]])
         Vxx = jnp.concatenate([out["Vxx"], VxxN[None]])
         f_all = jnp.concatenate([jnp.zeros((1, n), dtype), gaps])  # gap into node k (f_0 = 0)
@@ -987,12 +1007,15 @@ def _ddp_loop(problem, solver, xs, us, feasible, duals, max_iters, k_init=None):
         give_up = (~ok | (~accepted & ~converged)) & (reg1 >= solver.reg_max)
         result = jnp.where(converged, SUCCESSFUL, jnp.where(give_up, REG_LIMIT, s.result))
         done = converged | give_up | (s.it + 1 >= max_iters)
+        if monitor:
+            jax.debug.callback(_tick, s.it, cost1, ordered=True)
         hist = dict(
             cost=s.hist["cost"].at[s.it].set(s.cost),
             gap=s.hist["gap"].at[s.it].set(jnp.max(jnp.abs(gaps), initial=0.0)),
             reg=s.hist["reg"].at[s.it].set(reg),
             step=s.hist["step"].at[s.it].set(step),
             stop=s.hist["stop"].at[s.it].set(stop),
+            time=s.hist["time"],
         )
         return _State(
             xs1,
@@ -1031,8 +1054,46 @@ def _check_initial(problem, us, xs):
     return us, xs
 
 
+class _Monitor:
+    """Host side of an eager solve: the wall time at the end of each iteration (reported by
+    ``jax.debug.callback`` from the compiled loop) and the tqdm progress bar, created after the
+    first iteration (which includes the compilation), as :func:`geomjax.control.optimize` does."""
+
+    active: _Monitor | None = None  # the solve in progress (the callback is one fixed function)
+
+    def __init__(self, total, progress, desc):
+        self.total, self.progress, self.desc = total, progress, desc
+        self.times, self.bar = [], None
+        self.t0 = time.perf_counter()
+
+    def tick(self, it, cost):
+        now = time.perf_counter() - self.t0
+        if not self.times and self.progress:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:  # a declared dependency, but the solver must not need it
+                tqdm = None
+            if tqdm is not None:
+                desc = f"{self.desc} (compile + 1st iteration {now:.2f} s)"
+                self.bar = tqdm(total=self.total, desc=desc, leave=False)
+        self.times.append(now)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(cost=f"{cost:.6e}", refresh=False)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _tick(it, cost):
+    m = _Monitor.active
+    if m is not None:
+        m.tick(int(it), float(cost))
+
+
 @eqx.filter_jit
-def _solve(problem, solver, us, xs, max_iters):
+def _solve(problem, solver, us, xs, max_iters, monitor=False):
     us = jnp.clip(us, problem.lower, problem.upper)
     if xs is None:
         xs, feasible = problem.rollout(us), True
@@ -1040,8 +1101,10 @@ def _solve(problem, solver, us, xs, max_iters):
         xs = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), xs, problem.state0)
         feasible = False
     if isinstance(solver, AugmentedLagrangian):
-        return _al_solve(problem, solver, us, xs, feasible, max_iters)
-    s = _ddp_loop(problem, solver, xs, us, feasible, _zero_duals(problem), max_iters)
+        return _al_solve(problem, solver, us, xs, feasible, max_iters, monitor)
+    s = _ddp_loop(
+        problem, solver, xs, us, feasible, _zero_duals(problem), max_iters, monitor=monitor
+    )
     return OCPSolution(
         xs=s.xs,
         us=s.us,
@@ -1059,7 +1122,7 @@ def _solve(problem, solver, us, xs, max_iters):
     )
 
 
-def _al_solve(problem, solver, us, xs, feasible, max_outer):
+def _al_solve(problem, solver, us, xs, feasible, max_outer, monitor=False):
     dtype = problem.dtype
     inner = solver.inner
     N = problem.steps
@@ -1082,7 +1145,7 @@ def _al_solve(problem, solver, us, xs, feasible, max_outer):
 
     duals0 = _zero_duals(problem, solver.penalty_init)
     v0 = max_viol(viol(xs, us))
-    inner_hist = dict(cost=nan, violation=nan, penalty=nan, inner_iterations=nan)
+    inner_hist = dict(cost=nan, violation=nan, penalty=nan, inner_iterations=nan, time=nan)
     carry0 = dict(
         xs=xs,
         us=us,
@@ -1124,11 +1187,14 @@ def _al_solve(problem, solver, us, xs, feasible, max_outer):
             success, SUCCESSFUL, jnp.where(s.result == NONFINITE, NONFINITE, CONSTRAINTS)
         )
         it = c["it"]
+        if monitor:
+            jax.debug.callback(_tick, it, problem.cost(s.xs, s.us), ordered=True)
         hist = dict(
             cost=c["hist"]["cost"].at[it].set(problem.cost(s.xs, s.us)),
             violation=c["hist"]["violation"].at[it].set(v),
             penalty=c["hist"]["penalty"].at[it].set(rho),
             inner_iterations=c["hist"]["inner_iterations"].at[it].set(s.it.astype(dtype)),
+            time=c["hist"]["time"],
         )
         # keep the multipliers of the converged iterate (the KKT multipliers)
         duals = jax.tree_util.tree_map(lambda a, b: jnp.where(success, b, a), duals, d)
@@ -1170,6 +1236,7 @@ def solve_ocp(
     xs=None,
     *,
     max_iters: int = 100,
+    progress: bool | None = None,
 ) -> OCPSolution:
     """Solve ``problem`` with ``solver`` (:class:`DDP` by default; :class:`ILQR`,
     :class:`AugmentedLagrangian`).
@@ -1180,6 +1247,12 @@ def solve_ocp(
             closed by the forward passes); default: the rollout of ``us``.
         max_iters: iteration cap (outer iterations for :class:`AugmentedLagrangian`, whose inner
             solves have ``inner_iters`` each).
+        progress: a tqdm progress bar over the iterations, started after the first one (which
+            compiles).  Default: on when called eagerly, off under ``jit``/``vmap``.
+
+    Called eagerly, the compiled loop reports each iteration to the host: ``history["time"]``
+    is the wall time (s) at the end of each iteration since the call (its first entry includes
+    the compilation; ``time[-1] − time[0]`` is the run after it).  Under a trace it is NaN.
 
     Jittable and vmappable (one compiled ``lax.while_loop``).  Eagerly, a cost or dynamics that is
     not finite at the initial guess raises ``ValueError``; any other failure is reported in
@@ -1203,7 +1276,33 @@ def solve_ocp(
             f"solve_ocp: argument 'max_iters' must be a positive int, got {max_iters!r}"
         )
     us, xs = _check_initial(problem, us, xs)
-    sol = _solve(problem, solver, us, xs, int(max_iters))
+    # the solver's float settings as arrays of the problem's dtype: traced, not static, so that
+    # other tolerances or penalties reuse the compiled program (one compilation per structure)
+    solver = jax.tree_util.tree_map(
+        lambda v: jnp.asarray(v, problem.dtype) if isinstance(v, float) else v, solver
+    )
+    eager = not any(
+        isinstance(leaf, jax.core.Tracer)
+        for leaf in jax.tree_util.tree_leaves((problem, solver, us, xs))
+    )
+    if not eager:
+        sol = _solve(problem, solver, us, xs, int(max_iters))
+    else:
+        name = type(solver).__name__
+        monitor = _Monitor(int(max_iters), progress is None or bool(progress), f"solve_ocp {name}")
+        previous, _Monitor.active = _Monitor.active, monitor
+        try:
+            sol = _solve(problem, solver, us, xs, int(max_iters), True)
+            jax.block_until_ready(sol.us)
+            jax.effects_barrier()
+        finally:
+            _Monitor.active = previous
+            monitor.close()
+        t = np.full(int(max_iters), np.nan)
+        n = min(len(monitor.times), t.size)
+        t[:n] = monitor.times[:n]
+        history = dict(sol.history, time=jnp.asarray(t, problem.dtype))
+        sol = eqx.tree_at(lambda s_: s_.history, sol, history)
     r = sol.result
     if not isinstance(r, jax.core.Tracer) and np.asarray(r).shape == () and int(r) == NONFINITE:
         raise ValueError(

@@ -18,9 +18,9 @@ def rotation_angle(R):
     return float(np.arctan2(s, c))
 
 
-def rigid_body_zoh(I_body, mass, R0, x0, controls, dt):
+def rigid_body_zoh(I_body, mass, R0, x0, controls, dt, gravity=0.0):
     """Free rigid body (centre of mass at the body origin) under body torques/forces held constant
-    on each step, in spatial form: ``π̇ = R τ``, ``ṗ = R f``, ``Ṙ = hat(R I⁻¹ Rᵀ π) R``,
+    on each step, in spatial form: ``π̇ = R τ``, ``ṗ = R f − m g e_z``, ``Ṙ = hat(R I⁻¹ Rᵀ π) R``,
     ``ẋ = p/m``.  ``controls`` ``(steps, 3)`` (torques) or ``(steps, 6)`` (torque, force).
     Returns ``(R(T), x(T), ω_body(T), v_body(T))``."""
     I_body = np.asarray(I_body)
@@ -34,7 +34,8 @@ def rigid_body_zoh(I_body, mass, R0, x0, controls, dt):
         w = R @ Iinv @ R.T @ pi
         tau = u[:3]
         f = u[3:] if u.shape[0] == 6 else np.zeros(3)
-        return np.concatenate([(hat(w) @ R).ravel(), R @ tau, p / mass, R @ f])
+        weight = np.array([0.0, 0.0, mass * gravity])
+        return np.concatenate([(hat(w) @ R).ravel(), R @ tau, p / mass, R @ f - weight])
 
     for k, u in enumerate(controls):
         sol = scipy_integrate.solve_ivp(rhs, (k * dt, (k + 1) * dt), y, args=(u,), **TOL)
@@ -63,6 +64,13 @@ def ball_in_ball_attitude(base, T, m1, m2, Rb, a):
         ṙ₂ + a ω₃ × n − (r + a) ω₁ × n = 0         (rolling at the contact point)
         ω₃ · n = 0                                 (no spin about the contact normal)
     with ``r₂ = R₁ r ν(θ, φ)``, ``ṙ₂ = ω₁ × r₂ + R₁ r ν̇``; then ``Ṙ₁ = hat(ω₁) R₁``."""
+    out = scipy_integrate.solve_ivp(
+        _bib_rhs(base, m1, m2, Rb, a), (0.0, T), np.eye(3).ravel(), **TOL
+    )
+    return out.y[:, -1].reshape(3, 3)
+
+
+def _bib_rhs(base, m1, m2, Rb, a):
     r = Rb - a
     mu = m1 * m2 / (m1 + m2)
     I1, I3 = 0.4 * m1 * Rb**2, 0.4 * m2 * a**2
@@ -93,5 +101,75 @@ def ball_in_ball_attitude(base, T, m1, m2, Rb, a):
         sol, *_ = np.linalg.lstsq(A, b, rcond=None)
         return (hat(sol[:3]) @ R1).ravel()
 
-    out = scipy_integrate.solve_ivp(rhs, (0.0, T), np.eye(3).ravel(), **TOL)
-    return out.y[:, -1].reshape(3, 3)
+    return rhs
+
+
+def ball_in_ball_zoh(b0, controls, dt, m1, m2, Rb, a):
+    """:func:`ball_in_ball_attitude` for the piecewise-linear base path of the base velocities
+    ``controls`` ``(steps, 2)`` held over steps of ``dt`` from ``b0 = (θ, φ)``, integrated
+    segment by segment (the kinks at the nodes are not smoothed over).  Returns the big-ball
+    attitudes ``(steps + 1, 3, 3)`` at the nodes."""
+    y, b = np.eye(3).ravel(), np.asarray(b0, float)
+    out = [y.reshape(3, 3)]
+    for k, u in enumerate(np.asarray(controls)):
+        t0 = k * dt
+
+        def base(t, b=b, u=u, t0=t0):
+            return b + (t - t0) * u, u
+
+        sol = scipy_integrate.solve_ivp(_bib_rhs(base, m1, m2, Rb, a), (t0, t0 + dt), y, **TOL)
+        y, b = sol.y[:, -1], b + dt * u
+        out.append(y.reshape(3, 3))
+    return np.stack(out)
+
+
+def rolling_ball_zoh(controls, dt, radius, table_rate):
+    """A ball rolling without slipping or spinning on a turntable (rate ``Ω``), its contact point
+    moved with the velocities ``controls`` ``(steps, 2)`` held over each step, from ``R = I`` at
+    the origin, in unreduced spatial form: ``ẋ = u``, ``Ṙ = ω̂ R`` with ``ω`` from the rolling
+    constraint ``ẋ + ω × (−a e_z) = Ω e_z × x`` and ``ω_z = 0``, solved as a linear system at
+    each instant.  Returns the attitudes
+    ``(steps + 1, 3, 3)`` and positions ``(steps + 1, 2)`` at the nodes."""
+    ez = np.array([0.0, 0.0, 1.0])
+
+    def rhs(t, y, u):
+        R, x = y[:9].reshape(3, 3), y[9:]
+        # unknown ω: 3 equations  (ω × (−a e_z))_xy = Ω (e_z × x)_xy − u,  ω_z = 0
+        A = np.zeros((3, 3))
+        A[:2] = -hat(-radius * ez)[:2]  # ω × v = −v × ω = −hat(v) ω
+        A[2, 2] = 1.0
+        X = np.array([x[0], x[1], 0.0])
+        b = np.concatenate([(table_rate * np.cross(ez, X))[:2] - u, [0.0]])
+        w = np.linalg.solve(A, b)
+        return np.concatenate([(hat(w) @ R).ravel(), u])
+
+    y = np.concatenate([np.eye(3).ravel(), np.zeros(2)])
+    Rs, xs = [np.eye(3)], [np.zeros(2)]
+    for k, u in enumerate(np.asarray(controls)):
+        sol = scipy_integrate.solve_ivp(rhs, (k * dt, (k + 1) * dt), y, args=(u,), **TOL)
+        y = sol.y[:, -1]
+        Rs.append(y[:9].reshape(3, 3))
+        xs.append(y[9:])
+    return np.stack(Rs), np.stack(xs)
+
+
+def cartpole_zoh(controls, dt, mc, mp, l, g):
+    """Cart-pole (cart ``x``, pole angle ``θ`` from hanging) under a horizontal force on the cart
+    held over each step, from rest hanging: the Euler–Lagrange equations of
+    ``L = ½(m_c + m_p)ẋ² + m_p l ẋ θ̇ cos θ + ½ m_p l² θ̇² + m_p g l cos θ`` solved for the
+    accelerations.  Returns ``q`` ``(steps + 1, 2)`` and ``q̇`` ``(steps + 1, 2)`` at the nodes."""
+
+    def rhs(t, y, u):
+        _, th, xd, thd = y
+        M = np.array([[mc + mp, mp * l * np.cos(th)], [mp * l * np.cos(th), mp * l * l]])
+        f = np.array([u + mp * l * np.sin(th) * thd**2, -mp * g * l * np.sin(th)])
+        return np.concatenate([[xd, thd], np.linalg.solve(M, f)])
+
+    y = np.zeros(4)
+    out = [y]
+    for k, u in enumerate(np.asarray(controls).reshape(-1)):
+        sol = scipy_integrate.solve_ivp(rhs, (k * dt, (k + 1) * dt), y, args=(u,), **TOL)
+        y = sol.y[:, -1]
+        out.append(y)
+    out = np.stack(out)
+    return out[:, :2], out[:, 2:]

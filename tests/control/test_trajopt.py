@@ -10,7 +10,7 @@ import pytest
 
 import geomjax as gj
 from geomjax.control import optimize
-from geomjax.control.examples import attitude_problem, quadrotor_problem
+from geomjax.control.examples import QUADROTOR, attitude_problem, quadrotor_problem
 from geomjax.control.trajopt import (
     DDP,
     ILQR,
@@ -155,6 +155,30 @@ def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
     # the terminal weight 3 against the running terms leaves the pose a few cm off (crocoddyl's
     # own solution is the same: cost ~5e-3)
     assert np.linalg.norm(g[:3, 3] - np.array([1.0, 0.0, 1.0])) <= 0.1
+    # re-simulated by DOP853 on the Newton–Euler equations with gravity (the thrusts through the
+    # actuation matrix as zero-order-hold body wrenches): semi-implicit Euler is first order, so
+    # the final pose error halves with the step; it is within twice its Richardson estimate
+    c = QUADROTOR
+    wrench = us @ np.asarray(prob.method.matrix).T
+    R, x, _, _ = rigid_body_zoh(
+        np.diag(c["inertia"]), c["mass"], np.eye(3), np.zeros(3), wrench, c["dt"], c["gravity"]
+    )
+
+    @jax.jit
+    def half(us):
+        def body(st, inp):
+            u, t = inp
+            return prob.method.step(prob.system, st, prob.dt / 2, u, t)[0], None
+
+        ts = jnp.arange(2 * us.shape[0]) * prob.dt / 2
+        return jax.lax.scan(body, prob.state0, (jnp.repeat(us, 2, axis=0), ts))[0].g
+
+    g2 = np.asarray(half(sol.us))
+    err_h = np.linalg.norm(g[:3, 3] - x) + rotation_angle(R.T @ g[:3, :3])
+    err_h2 = np.linalg.norm(g2[:3, 3] - x) + rotation_angle(R.T @ g2[:3, :3])
+    est = np.linalg.norm(g[:3, 3] - g2[:3, 3]) + rotation_angle(g2[:3, :3].T @ g[:3, :3])
+    assert 1.2 <= err_h / err_h2 <= 3.2, (err_h, err_h2)
+    assert err_h <= 2 * 2 * est  # Richardson for order 1: err_h ≈ 2 |x_h − x_{h/2}|
 
 
 # --- float32 -----------------------------------------------------------------------------------
@@ -232,13 +256,18 @@ def test_bad_input_names_the_argument():
         solve_ocp(attitude_problem(steps=5, method=gj.RKMK4()), ILQR())
 
 
-def test_non_converged_run_says_so():
+def test_non_converged_run_says_so(capsys):
     prob = _attitude_penalty()
-    sol = solve_ocp(prob, ILQR(), max_iters=2)
+    sol = solve_ocp(prob, ILQR(), max_iters=2, progress=True)
     assert sol.stop_reason == "max_iters"
     assert not bool(sol.succeeded)
     with pytest.raises(ConvergenceError, match="maximum number of iterations"):
         sol.check()
+    # the eager solve reports each iteration to the host: wall times at the end of both
+    # iterations, nondecreasing; the progress bar (stderr) shows the compile time
+    t = np.asarray(sol.history["time"])
+    assert np.all(np.isfinite(t)) and t[1] >= t[0] > 0
+    assert "compile + 1st iteration" in capsys.readouterr().err
 
 
 # --- vmap over problems ------------------------------------------------------------------------
@@ -261,6 +290,7 @@ def test_vmap_over_targets_matches_individual_solves():
 
     batch = jax.jit(jax.vmap(one))(angles)
     assert np.all(np.asarray(batch.result) == 0)
+    assert np.all(np.isnan(np.asarray(batch.history["time"])))  # no host timing under jit
     single = one(angles[2])
     np.testing.assert_allclose(batch.us[2], single.us, atol=1e-10)
     R = SO3.from_axis_angle(jnp.array([1.0, 2.0, -1.0]) / jnp.sqrt(6.0), angles[0])
