@@ -11,6 +11,7 @@ relative); whole runs drift apart at most by the round-off of each step times th
 """
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -140,18 +141,20 @@ def test_composition_same_run_and_residual_reported():
     assert float(b.max_residual) < 4e-15
 
 
-def test_no_iteration_loop_in_the_step():
-    """The vector Newton iterations are gone from the step (newton_solve runs zero of them
-    from the scalar root); the former solver's step holds its iteration loop."""
+def test_no_vector_newton_iterations_in_the_step():
+    """The step runs no iteration of the vector Newton (a loop of length 0: newton_solve only
+    evaluates the residual at the scalar root and differentiates) and ``newton_iters`` scalar
+    ones; the former solver's step holds its early-exit loop of vector iterations."""
     system = SYSTEMS["free"](jnp.float64)
     s0 = system.make_state(R0, PI0)
 
-    def prims(method):
-        jaxpr = jax.make_jaxpr(lambda s: method.step(system, s, 0.01))(s0)
-        return str(jaxpr)
+    def loops(method):
+        jaxpr = str(jax.make_jaxpr(lambda s: method.step(system, s, 0.01))(s0))
+        return re.findall(r"(while|scan)\[", jaxpr), sorted(re.findall(r"length=(\d+)", jaxpr))
 
-    assert "while" not in prims(gj.LGVI())
-    assert "while" in prims(gj.LGVI(legendre_solve="newton"))
+    assert loops(gj.LGVI()) == (["scan", "scan"], ["0", "3"])
+    assert loops(gj.LGVI(newton_iters=2)) == (["scan", "scan"], ["0", "2"])
+    assert loops(gj.LGVI(legendre_solve="newton")) == (["while"], [])
 
 
 def test_gradients_equal_the_vector_newton_and_finite_differences():
