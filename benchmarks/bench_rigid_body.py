@@ -272,6 +272,21 @@ def lgvi_kernel_batch_last(
 # throughput
 
 
+def lgvi_batch_last_carry(system, method, R, Pi, dt, steps: int):
+    """An experiment: ``geomjax``'s own step (``method.advance``, vmapped) on a batch-last
+    carry ``(12, B)`` (one transpose before and after the time loop), with the step's outputs
+    stacked by ``jnp.stack`` (:func:`geomjax._linalg.plain_stacks`) instead of the select
+    chain that is faster batch-first.  Not a code path of ``simulate``: it measures what such
+    a layout would give (free body, no saving, no residual kept)."""
+    from geomjax._linalg import plain_stacks
+
+    c0 = jax.vmap(lambda r, p: method.init(system, gj.RigidBodyState(r, p)))(R, Pi).T
+    adv = jax.vmap(lambda c: method.advance(system, c, dt)[0], in_axes=1, out_axes=1)
+    with plain_stacks():
+        c = jax.lax.scan(lambda c, _: (adv(c), None), c0, None, length=steps)[0]
+    return jax.vmap(lambda c: method.finalize(system, c))(c.T)
+
+
 def throughput(fast, batches=None, passes=2):
     batches = batches or ((1, 1024) if fast else (1, 1024, 8192))
     steps = 200 if fast else 2000
@@ -337,6 +352,10 @@ def throughput(fast, batches=None, passes=2):
                 KERNEL: (kernel, (Rl, Pil)),
                 KERNEL_SCALAR: (kernel_scalar, (Rl, Pil)),
                 "geomjax LGVI": (geomjax_fn(gj.LGVI()), (R, Pi)),
+                "geomjax LGVI, batch-last carry (experiment)": (
+                    lambda R, Pi: lgvi_batch_last_carry(rb, gj.LGVI(), R, Pi, dt, steps),
+                    (R, Pi),
+                ),
                 "geomjax LGVI (vector Newton)": (
                     geomjax_fn(gj.LGVI(legendre_solve="newton")),
                     (R, Pi),
@@ -350,6 +369,23 @@ def throughput(fast, batches=None, passes=2):
                     {  # equal work to the kernel (float32 LGVI reorthonormalizes by default)
                         "geomjax LGVI (reorthonormalize=False)": (
                             geomjax_fn(gj.LGVI(reorthonormalize=False)),
+                            (R, Pi),
+                        ),
+                        # the kernel's work exactly: no Björck step, no compensated momentum
+                        "geomjax LGVI (reorthonormalize=False, compensate=False)": (
+                            geomjax_fn(gj.LGVI(reorthonormalize=False, compensate=False)),
+                            (R, Pi),
+                        ),
+                        "geomjax LGVI (reorthonormalize=False, compensate=False), "
+                        "batch-last carry (experiment)": (
+                            lambda R, Pi: lgvi_batch_last_carry(
+                                rb,
+                                gj.LGVI(reorthonormalize=False, compensate=False),
+                                R,
+                                Pi,
+                                dt,
+                                steps,
+                            ),
                             (R, Pi),
                         ),
                     }

@@ -369,14 +369,18 @@ def matT_vec(A, v):
     return tuple(A[j] * v[0] + A[3 + j] * v[1] + A[6 + j] * v[2] for j in range(3))
 
 
-def axis_flow(R, Pi, inv_I, i, tau, exact=False):
+def axis_flow(R, Pi, inv_I, i, tau, exact=False, increments=None):
     """Flow of ``H_i = Pi_i²/(2 I_i)`` for time ``tau`` (splitting sub-step): a rotation about
     body axis ``i`` by ``phi = tau Pi_i/I_i`` (``Pi_i`` is constant along it).
 
     ``exact=True`` uses ``(cos phi, sin phi)``; by default the rotation is the Cayley rotation
     ``((1 − phi²/4), phi)/(1 + phi²/4)`` — the implicit midpoint rule of the linear sub-flow, which
     is explicit here, symplectic and norm-preserving, and needs no trigonometric function (these
-    dominate the cost of a step in float64)."""
+    dominate the cost of a step in float64).
+
+    ``increments``: a tuple of 3 running sums of the momentum's increments (compensated
+    summation, :func:`add_compensated`); then ``(R, Pi, increments)`` is returned with this
+    sub-flow's increments of ``Pi`` added."""
     j, k = (i + 1) % 3, (i + 2) % 3
     phi = tau * Pi[i] * inv_I[i]
     # the rotation in increment form, with cm1 = cos − 1 formed directly (as cay_increment:
@@ -395,9 +399,14 @@ def axis_flow(R, Pi, inv_I, i, tau, exact=False):
         R[3 * row + k] = rk + (cm1 * rk - s * rj)
     Pi = list(Pi)
     pj, pk = Pi[j], Pi[k]
-    Pi[j] = pj + (cm1 * pj + s * pk)
-    Pi[k] = pk + (cm1 * pk - s * pj)
-    return tuple(R), tuple(Pi)
+    dj, dk = cm1 * pj + s * pk, cm1 * pk - s * pj
+    Pi[j] = pj + dj
+    Pi[k] = pk + dk
+    if increments is None:
+        return tuple(R), tuple(Pi)
+    d = list(increments)
+    d[j], d[k] = d[j] + dj, d[k] + dk
+    return tuple(R), tuple(Pi), tuple(d)
 
 
 def bjorck(R):
