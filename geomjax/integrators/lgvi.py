@@ -100,20 +100,21 @@ class LGVI(AbstractMethod):
         newton_iters: Newton iterations per step (default 3: from the second-order predictor
             the error after k iterations is ``O((h|xi|)^(2^(k+1)))``); at most this many with
             ``early_exit``.  On the SO(3) Cayley path with ``legendre_solve="scalar"``: the
-            number of scalar iterations (fixed; three reach round-off in float64 up to
-            ``h|xi| = 0.3``, four up to 0.6, as many as the vector Newton needs).
+            number of scalar iterations (three reach round-off in float64 up to
+            ``h|xi| = 0.3``, four up to 0.6, as the vector Newton's).
         legendre_solve: on the SO(3) Cayley fast path, ``"scalar"`` (default) solves the
             discrete Legendre transform through the scalar equation for
             ``c = 1 + h²/4 |xi|²`` (module docstring) and returns ``xi`` in closed form; the
             residual of the vector equation at that ``xi`` is what ``Solution.stats`` reports
             and ``on_failure="raise"`` checks, and derivatives are the implicit-function-
             theorem derivatives of the vector equation, as before.  ``"newton"``: Newton on the
-            vector equation (the former solver; ``early_exit`` applies to it).  The same
+            vector equation (the former solver).  ``early_exit`` applies to either.  The same
             results to round-off.  Measured on the free body, batch 1, float64, Kahan–Li order
-            8 at dt 0.2 (the step reaching 1e-8 at T = 100; 2-core CPU shared, load ~8, CPU
-            time per stage): vector Newton (early exit) 165 ns, scalar 117 ns, and with
-            ``newton_iters=2`` (round-off at these stage steps, ``h|xi| ≤ 0.15``) 98 ns
-            (``benchmarks/bench_work_precision.py`` compares them in one run).
+            8 at dt 0.2 (the step reaching 1e-8 at T = 100; 2-core CPU shared, load ~13, CPU
+            time per stage, one run): vector Newton (early exit) 198 ns, scalar with early
+            exit (two iterations at these stage steps, ``h|xi| ≤ 0.15``) 163 ns, fixed three
+            170 ns, fixed two 149 ns (``benchmarks/bench_work_precision.py --clock=cpu``
+            compares them in one run).
         on_failure: ``"report"`` (relative residual in ``Solution.stats``) or ``"raise"`` (an
             ``equinox.error_if`` when it exceeds ``tol``).
         tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
@@ -373,7 +374,9 @@ class LGVI(AbstractMethod):
             # no iteration from it: it returns the residual of the vector equation there (the
             # honest convergence test: reported in the stats, checked with on_failure="raise")
             # and differentiates by the implicit function theorem
-            x0, cay_factor = soa.cayley_solve_scalar(I, b, h, self.newton_iters)
+            x0, cay_factor = soa.cayley_solve_scalar(
+                I, b, h, self.newton_iters, early_exit=self.early_exit
+            )
             x, r = newton_solve(
                 soa.cayley_residual, x0, (I, b, h), iters=0, jac_solve=soa.cayley_jac_solve
             )
