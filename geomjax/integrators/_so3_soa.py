@@ -219,25 +219,24 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
     ``iters = 3``.  Under ``jax.vmap`` the loop runs while any member goes on (every member
     iterates).  Only where the iterations are a rolled loop (CPU)."""
     hh, q4 = 0.5 * h, 0.25 * h * h
-    # the inverse inertia and 1/det I: loop-invariant (hoisted, or folded for a constant I),
-    # so the chain of dependent operations in a step holds one division per iteration and one
-    # for x; at batch 1 that chain, not the operation count, sets the time
-    Iinv, inv_det = inertia_inverse(I)
-    a = inertia_apply(Iinv, b)
+    # divisions by I and det I (not products with precomputed inverses): under
+    # ReversibleAdjoint the parameter-only values of a step are hoisted out of the backward
+    # loop and carried into it, and five more of them pushed the LGVI's backward carry past
+    # adjoint._PACK_MAX (no packed carry)
+    det = inertia_det(I)
+    a = inertia_solve(I, b)
     Ib = inertia_apply(I, b)
-    s = q4 * inv_det
     cr = cross(Ib, b)
-    hd = hh * inv_det
-    v = tuple(hd * cr[i] for i in range(3))
-    sbb = s * dot(b, b)
+    v = tuple(hh * cr[i] / det for i in range(3))
+    sbb = q4 * dot(b, b) / det
     w = tuple(sbb * b[i] for i in range(3))
-    q = s * dot(b, Ib)
+    q = q4 * dot(b, Ib) / det
     A4 = dot(a, a)
     A3 = 2.0 * dot(a, v)
     A2 = dot(v, v) + 2.0 * dot(a, w)
     A0 = dot(w, w)
     # delta0 from the second-order predictor x0 = a − h/2 I^{-1}(a × b)
-    ca = inertia_apply(Iinv, cross(a, b))
+    ca = inertia_solve(I, cross(a, b))
     x0 = tuple(a[i] - hh * ca[i] for i in range(3))
     d = q4 * dot(x0, x0)
 
@@ -284,27 +283,6 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
     x = tuple((c2 * a[i] + c * v[i] + w[i]) * inv for i in range(3))
     # 1/c = 4/(4 + |h x|²): the factor of cay(h x) (cay_increment), without a division
     return x, p * inv
-
-
-def inertia_inverse(I):
-    """``(I^{-1} entries, 1/det I)`` in the layout of ``I`` (3 principal moments or 9 entries)."""
-    if len(I) == 3:
-        inv = tuple(1.0 / Ii for Ii in I)
-        return inv, inv[0] * inv[1] * inv[2]
-    inv_det = 1.0 / inertia_det(I)
-    a00, a01, a02, a10, a11, a12, a20, a21, a22 = I
-    adj = (
-        a11 * a22 - a12 * a21,
-        a02 * a21 - a01 * a22,
-        a01 * a12 - a02 * a11,
-        a12 * a20 - a10 * a22,
-        a00 * a22 - a02 * a20,
-        a02 * a10 - a00 * a12,
-        a10 * a21 - a11 * a20,
-        a01 * a20 - a00 * a21,
-        a00 * a11 - a01 * a10,
-    )
-    return tuple(e * inv_det for e in adj), inv_det
 
 
 def cay_matrix(w):
