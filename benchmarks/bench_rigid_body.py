@@ -30,6 +30,7 @@ from common import fast_mode, machine_info, print_table, save_figure, time_jitte
 jax.config.update("jax_enable_x64", True)
 
 import geomjax as gj  # noqa: E402
+from geomjax.integrators._so3_soa import cayley_solve_scalar  # noqa: E402
 from geomjax.systems import HeavyTop  # noqa: E402
 
 try:
@@ -45,6 +46,7 @@ MOMENTS = np.array([1.0, 2.0, 3.0])
 PI0 = np.array([0.8, -0.3, 1.1])
 R0 = np.asarray(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])))
 KERNEL = "batch-last LGVI kernel (reference)"
+KERNEL_SCALAR = "batch-last LGVI kernel, scalar Legendre solve (reference)"
 
 
 # ------------------------------------------------------------------------------------------
@@ -187,7 +189,9 @@ def accuracy(fast):
 # reference: a hand-written batch-last Cayley LGVI for the free rigid body
 
 
-def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3):
+def lgvi_kernel_batch_last(
+    R, Pi, moments, dt, steps: int, newton_iters: int = 3, legendre_solve: str = "newton"
+):
     """``steps`` Cayley-LGVI steps of free rigid bodies, arrays laid out batch-last.
 
     ``R`` ``(9, B)`` (row-major entries), ``Pi`` ``(3, B)``, ``moments`` 3 principal moments.
@@ -196,7 +200,10 @@ def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3
     Jacobian solved by Cramer's rule; ``F = cay(h x)``, ``R1 = R F``, ``Pi1 = F^T b``.  A bare
     ``lax.scan`` with no residual, no saving and no checks: the floor for ``geomjax.LGVI``.  The
     Newton iterations run in a ``fori_loop`` (unrolled they are ~2× slower on the CPU: XLA
-    duplicates the iterates into every consumer fusion)."""
+    duplicates the iterates into every consumer fusion).  ``legendre_solve="scalar"``: the
+    Legendre transform by ``geomjax``'s scalar solve
+    (:func:`geomjax.integrators._so3_soa.cayley_solve_scalar`, the ``LGVI`` default) on the
+    ``(B,)`` rows, the rest unchanged: the floor for the default ``LGVI``."""
     I0, I1, I2 = (jnp.asarray(m, Pi.dtype) for m in moments)
     h = jnp.asarray(dt, Pi.dtype)
     hh, q = 0.5 * h, 0.25 * h * h
@@ -242,7 +249,11 @@ def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3
         b = (Pi[0], Pi[1], Pi[2])
         c = cross((b[0] / I0, b[1] / I1, b[2] / I2), b)
         x = ((b[0] - hh * c[0]) / I0, (b[1] - hh * c[1]) / I1, (b[2] - hh * c[2]) / I2)
-        w = [h * xi for xi in jax.lax.fori_loop(0, newton_iters, lambda _, x: newton(x, b), x)]
+        if legendre_solve == "scalar":
+            x, _ = cayley_solve_scalar((I0, I1, I2), b, h, newton_iters)
+        else:
+            x = jax.lax.fori_loop(0, newton_iters, lambda _, x: newton(x, b), x)
+        w = [h * xi for xi in x]
         n2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2]
         k = 4.0 / (4.0 + n2)
         F = (1.0 + 0.5 * k * (w[0] * w[0] - n2), k * (-w[2] + 0.5 * w[0] * w[1]), k * (w[1] + 0.5 * w[0] * w[2]),
@@ -259,6 +270,21 @@ def lgvi_kernel_batch_last(R, Pi, moments, dt, steps: int, newton_iters: int = 3
 
 # ------------------------------------------------------------------------------------------
 # throughput
+
+
+def lgvi_batch_last_carry(system, method, R, Pi, dt, steps: int):
+    """An experiment: ``geomjax``'s own step (``method.advance``, vmapped) on a batch-last
+    carry ``(12, B)`` (one transpose before and after the time loop), with the step's outputs
+    stacked by ``jnp.stack`` (:func:`geomjax._linalg.plain_stacks`) instead of the select
+    chain that is faster batch-first.  Not a code path of ``simulate``: it measures what such
+    a layout would give (free body, no saving, no residual kept)."""
+    from geomjax._linalg import plain_stacks
+
+    c0 = jax.vmap(lambda r, p: method.init(system, gj.RigidBodyState(r, p)))(R, Pi).T
+    adv = jax.vmap(lambda c: method.advance(system, c, dt)[0], in_axes=1, out_axes=1)
+    with plain_stacks():
+        c = jax.lax.scan(lambda c, _: (adv(c), None), c0, None, length=steps)[0]
+    return jax.vmap(lambda c: method.finalize(system, c))(c.T)
 
 
 def throughput(fast, batches=None, passes=2):
@@ -319,9 +345,21 @@ def throughput(fast, batches=None, passes=2):
             def kernel(Rl, Pil):
                 return lgvi_kernel_batch_last(Rl, Pil, MOMENTS, dt, steps)
 
+            def kernel_scalar(Rl, Pil):
+                return lgvi_kernel_batch_last(Rl, Pil, MOMENTS, dt, steps, legendre_solve="scalar")
+
             impls = {
                 KERNEL: (kernel, (Rl, Pil)),
+                KERNEL_SCALAR: (kernel_scalar, (Rl, Pil)),
                 "geomjax LGVI": (geomjax_fn(gj.LGVI()), (R, Pi)),
+                "geomjax LGVI, batch-last carry (experiment)": (
+                    lambda R, Pi: lgvi_batch_last_carry(rb, gj.LGVI(), R, Pi, dt, steps),
+                    (R, Pi),
+                ),
+                "geomjax LGVI (vector Newton)": (
+                    geomjax_fn(gj.LGVI(legendre_solve="newton")),
+                    (R, Pi),
+                ),
                 "geomjax LGVI + potential": (variant(top), (R, Pi)),
                 "geomjax LGVI + controls": (variant(rb, u), (R, Pi)),
                 "geomjax LGVI generic-group path": (variant(generic), (R, Pi)),
@@ -331,6 +369,23 @@ def throughput(fast, batches=None, passes=2):
                     {  # equal work to the kernel (float32 LGVI reorthonormalizes by default)
                         "geomjax LGVI (reorthonormalize=False)": (
                             geomjax_fn(gj.LGVI(reorthonormalize=False)),
+                            (R, Pi),
+                        ),
+                        # the kernel's work exactly: no Björck step, no compensated momentum
+                        "geomjax LGVI (reorthonormalize=False, compensate=False)": (
+                            geomjax_fn(gj.LGVI(reorthonormalize=False, compensate=False)),
+                            (R, Pi),
+                        ),
+                        "geomjax LGVI (reorthonormalize=False, compensate=False), "
+                        "batch-last carry (experiment)": (
+                            lambda R, Pi: lgvi_batch_last_carry(
+                                rb,
+                                gj.LGVI(reorthonormalize=False, compensate=False),
+                                R,
+                                Pi,
+                                dt,
+                                steps,
+                            ),
                             (R, Pi),
                         ),
                     }
@@ -366,8 +421,9 @@ def throughput(fast, batches=None, passes=2):
                     results[name] = (c0, min(r0, r))
             base = results.get("diffrax Tsit5", results["lax.scan RK4 (bare)"])[1]
             r_kernel, r_free = results[KERNEL][1], results["geomjax LGVI"][1]
+            r_kernel_scalar = results[KERNEL_SCALAR][1]
             for name, (c, r) in results.items():
-                lgvi = name == KERNEL or name.startswith("geomjax LGVI")
+                lgvi = name in (KERNEL, KERNEL_SCALAR) or name.startswith("geomjax LGVI")
                 rows.append(
                     {
                         "dtype": jnp.dtype(dtype).name,
@@ -379,6 +435,7 @@ def throughput(fast, batches=None, passes=2):
                         "speedup_vs_tsit5": base / r,
                         # throughput ratios (>1: faster than the reference)
                         "vs_kernel": r_kernel / r if lgvi else None,
+                        "vs_kernel_scalar": r_kernel_scalar / r if lgvi else None,
                         "vs_free_body": r_free / r if lgvi else None,
                     }
                 )
@@ -394,6 +451,7 @@ THROUGHPUT_COLUMNS = [
     "body_steps_per_s",
     "speedup_vs_tsit5",
     "vs_kernel",
+    "vs_kernel_scalar",
     "vs_free_body",
 ]
 THROUGHPUT_TITLE = (
@@ -413,14 +471,14 @@ def kernel_agreement(steps=200, dt=0.01, B=8):
         return gj.simulate(rb, gj.LGVI(), gj.RigidBodyState(r, p), dt, steps).final_state
 
     ref = jax.vmap(sim)(R, Pi)
-    Rk, Pk = lgvi_kernel_batch_last(R.reshape(B, 9).T, Pi.T, MOMENTS, dt, steps)
-    return {
-        "steps": steps,
-        "dt": dt,
-        "batch": B,
-        "max_abs_dR": float(jnp.max(jnp.abs(Rk.T.reshape(B, 3, 3) - ref.R))),
-        "max_abs_dPi": float(jnp.max(jnp.abs(Pk.T - ref.Pi))),
-    }
+    out = {"steps": steps, "dt": dt, "batch": B}
+    for solve, tag in (("newton", ""), ("scalar", "_scalar")):
+        Rk, Pk = lgvi_kernel_batch_last(
+            R.reshape(B, 9).T, Pi.T, MOMENTS, dt, steps, legendre_solve=solve
+        )
+        out["max_abs_dR" + tag] = float(jnp.max(jnp.abs(Rk.T.reshape(B, 3, 3) - ref.R)))
+        out["max_abs_dPi" + tag] = float(jnp.max(jnp.abs(Pk.T - ref.Pi)))
+    return out
 
 
 # ------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ def test_batch_last_kernel_agrees_with_simulate(bench):
     # second-order predictor, h|xi| ~ 0.03): a few hundred eps per step at most, ≪ 1e-12.
     out = bench.kernel_agreement(steps=60, B=4)
     assert out["max_abs_dR"] <= 1e-12 and out["max_abs_dPi"] <= 1e-12, out
+    # the kernel with the scalar Legendre solve (the LGVI default), too
+    assert out["max_abs_dR_scalar"] <= 1e-12 and out["max_abs_dPi_scalar"] <= 1e-12, out
 
 
 def test_batch_last_kernel_is_an_lgvi_step(bench):
