@@ -20,10 +20,11 @@ demo: $(STAMP)
 test: $(STAMP) lint
 	$(PY) -m pytest
 
-# the checks whose long version runs only under GEOMJAX_FULL=1 (marked slow), at full size
+# the long tier (CI runs it after `make test`): the checks marked slow at full size, and those
+# marked long (end-to-end runs, the notebooks, checks that compile for ~10 s or more)
 .PHONY: test-full
 test-full: $(STAMP)
-	GEOMJAX_FULL=1 $(PY) -m pytest -m slow
+	GEOMJAX_FULL=1 $(PY) -m pytest -m "slow or long"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -46,3 +46,13 @@ _LONG_FIRST = ("test_cli.py::test_demo", "test_notebooks.py::test_notebook_runs"
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not any(k in item.nodeid for k in _LONG_FIRST))
+    if FULL:
+        return
+    # The long tier: end-to-end runs and the checks that compile for many seconds (the demo,
+    # the notebooks in their default mode, solver and gradient programs of ~10 s and more on a
+    # 2-core CPU). `make test-full` (GEOMJAX_FULL=1) runs them, and CI runs it after `make test`,
+    # which keeps a few minutes.
+    skip = pytest.mark.skip(reason="long tier: make test-full (GEOMJAX_FULL=1) runs it")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)

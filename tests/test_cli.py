@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import geomjax
 from geomjax.cli import main
 
@@ -15,6 +17,7 @@ def test_version(capsys):
     assert geomjax.__version__ in capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_demo_fast_runs_all_sections_and_writes_plots(tmp_path):
     # a subprocess, as a user would run it (fresh JAX configuration)
     proc = subprocess.run(

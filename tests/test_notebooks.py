@@ -16,8 +16,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import FULL
-
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # executed copies for the documentation's gallery (make docs reuses them; see docs/_generate.py)
@@ -49,8 +47,7 @@ def _texts(nb):
 
 # minutes of compilation in all (18-105 s of CPU each): the long tier, `make test-full`, runs
 # them (CI does, after `make test`, and `make docs` then reuses the executed copies)
-@pytest.mark.slow
-@pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1 (make test-full) executes the notebooks")
+@pytest.mark.long
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_default_mode(path, tmp_path, monkeypatch):
     nb = nbformat.read(path, as_version=4)

@@ -91,6 +91,7 @@ def test_float32_vmap_and_no_array_kernels_left(f):
     assert not prims & {"dot_general", "reduce_sum", "reduce_max", "concatenate", "pad", "gather"}
 
 
+@pytest.mark.long
 def test_derivatives_against_the_array_program_and_finite_differences():
     R, w, x = _inputs(np.random.default_rng(2).uniform(-1, 1, 14))
 

@@ -66,6 +66,7 @@ def _probe(**env):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.long
 def test_the_flag_takes_effect_and_leaves_results_to_round_off():
     """In a fresh process, ``import geomjax`` before any computation compiles a loop of ~16 kB
     into one kernel (XLA marks it ``xla_cpu_small_call``); with ``GEOMJAX_XLA_FLAGS=0`` it stays

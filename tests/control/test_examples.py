@@ -43,6 +43,7 @@ def test_gradient_through_forced_lgvi_with_checkpointing_matches_fd():
     np.testing.assert_allclose(jnp.vdot(g, v), fd, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.long
 def test_gradient_through_magnus_reconstruction_matches_fd_and_checkpointing():
     loop = ShapeReorientation().initial_params()
     direction = jax.tree_util.tree_map(
@@ -66,6 +67,7 @@ def test_gradient_through_magnus_reconstruction_matches_fd_and_checkpointing():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.long
 def test_attitude_manoeuvre_reaches_target_confirmed_by_dop853():
     # documented initial guess: no torque (c = 0); L-BFGS, 25 iterations
     prob = AttitudeManeuver(steps=100, modes=6)
@@ -125,6 +127,7 @@ def test_pose_manoeuvre_on_se3_reaches_target_confirmed_by_dop853():
     assert np.linalg.norm(w) < REACH and np.linalg.norm(v) < REACH
 
 
+@pytest.mark.long
 def test_ball_on_plate_closed_path_reaches_orientation_confirmed_by_dop853():
     # documented initial guess: the unit circle (3 Fourier modes), rest-to-rest time law
     prob = BallOnPlate(steps=60)
@@ -142,6 +145,7 @@ def test_ball_on_plate_closed_path_reaches_orientation_confirmed_by_dop853():
     assert rotation_angle(np.asarray(prob.R_target).T @ R) < REACH
 
 
+@pytest.mark.long
 def test_shape_change_reorientation_confirmed_by_dop853_in_spatial_form():
     prob = ShapeReorientation(steps=60)
     res = optimize(prob.loss, prob.initial_params(), "lbfgs", steps=40, progress=False, target=1e-8)
@@ -224,6 +228,7 @@ def _spacecraft_reference(prob, loop):
     return ball_in_ball_attitude(base, prob.duration, 10.0, 1.0, 1.0, 0.2)
 
 
+@pytest.mark.long
 def test_spacecraft_holonomy_agrees_with_dop853_unreduced():
     # fast check of example 1's model: the big ball's attitude after the reference loop of the
     # small ball (the default target) against the unreduced spatial equations

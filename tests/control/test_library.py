@@ -47,6 +47,7 @@ def test_fourier_loop_closed_and_tangent_matches_fd():
     np.testing.assert_allclose(jnp.linalg.norm(pts, axis=-1), 2.0, rtol=1e-14)
 
 
+@pytest.mark.long
 def test_periodic_spline_interpolates_and_is_c2_periodic():
     knots = jax.random.normal(jax.random.PRNGKey(1), (7, 2))
     sp = PeriodicSpline(knots)
@@ -171,6 +172,7 @@ def test_lbfgs_rosenbrock():
     assert res.stop_reason == "gtol"
 
 
+@pytest.mark.long
 def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
     # optax's documented L-BFGS loop (value and gradient reused from the line search's state)
     # is the reference; optimize's compiled step evaluates the loss only in the line search
@@ -263,6 +265,7 @@ def test_second_optimize_call_reuses_the_compiled_step():
     np.testing.assert_allclose(2 * (x - 3.0) + 0.1 * np.cos(x), 0.0, atol=1e-8)
 
 
+@pytest.mark.long
 def test_group_parameter_stays_on_group_and_reaches_target():
     target = SO3.from_axis_angle(jnp.array([0.0, 0.6, 0.8]), 2.0)
     res = optimize(

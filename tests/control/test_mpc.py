@@ -95,6 +95,7 @@ def _final(tree, i):
     return jax.tree_util.tree_map(lambda a: a[i, -1], tree)
 
 
+@pytest.mark.long
 def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     c = closed_loop
     model, res = c["model"], c["res"]

@@ -36,6 +36,7 @@ def _problem(theta):
     return eqx.tree_at(lambda q: q.state0.Pi, p, theta[1:4])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", list(LIMITS))
 def test_implicit_derivatives_match_finite_differences_and_envelope(case):
     bounded = case == "active_bound"

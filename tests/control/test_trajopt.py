@@ -74,6 +74,7 @@ def _attitude_penalty(**kw):
     )
 
 
+@pytest.mark.long
 def test_ilqr_ddp_and_lbfgs_agree_on_smooth_optimum():
     prob = _attitude_penalty()
     # a tight stop (expected improvement ≤ 1e-13 (1 + J), i.e. |∇J| ~ 1e-7): the solutions are
@@ -93,6 +94,7 @@ def test_ilqr_ddp_and_lbfgs_agree_on_smooth_optimum():
 
 
 # --- control limits: bounds exact, KKT by finite differences ----------------------------------
+@pytest.mark.long
 @pytest.mark.parametrize("solver", [ILQR(), DDP()])
 def test_bounds_exact_and_kkt_by_finite_differences(solver):
     prob = attitude_problem(
@@ -117,6 +119,7 @@ def test_bounds_exact_and_kkt_by_finite_differences(solver):
 
 
 # --- re-simulation by DOP853 -------------------------------------------------------------------
+@pytest.mark.long
 def test_attitude_exact_target_lgvi_resimulated_by_dop853():
     """Torque-limited rest-to-rest manoeuvre with the target as a terminal equality (augmented
     Lagrangian around iLQR) on the LGVI, then the zero-order-hold torques re-simulated by DOP853 on
@@ -138,6 +141,7 @@ def test_attitude_exact_target_lgvi_resimulated_by_dop853():
     assert np.linalg.norm(w) <= 1e-2
 
 
+@pytest.mark.long
 def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
     """crocoddyl's quadrotor example with its thrust limits (0.1 ≤ f_i ≤ 5): the cost decreases
     monotonically over the accepted steps, the thrusts stay in the box, and the final position
@@ -182,6 +186,7 @@ def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
 
 
 # --- float32 -----------------------------------------------------------------------------------
+@pytest.mark.long
 def test_float32_run():
     prob = attitude_problem(
         torque_max=0.2,
@@ -216,6 +221,7 @@ def _tiny():
     return sys_, x0
 
 
+@pytest.mark.long
 def test_bad_input_names_the_argument():
     sys_, x0 = _tiny()
 
@@ -256,6 +262,7 @@ def test_bad_input_names_the_argument():
         solve_ocp(attitude_problem(steps=5, method=gj.RKMK4()), ILQR())
 
 
+@pytest.mark.long
 def test_non_converged_run_says_so(capsys):
     prob = _attitude_penalty()
     sol = solve_ocp(prob, ILQR(), max_iters=2, progress=True)
@@ -271,6 +278,7 @@ def test_non_converged_run_says_so(capsys):
 
 
 # --- vmap over problems ------------------------------------------------------------------------
+@pytest.mark.long
 def test_vmap_over_targets_matches_individual_solves():
     angles = jnp.array([0.5, 1.0, 1.5])
 

@@ -65,6 +65,7 @@ def ball():
     return prob, solve_ocp(prob, _al(1e5), us=us0, max_iters=20, progress=False)
 
 
+@pytest.mark.long
 def test_rolling_ball_reaches_pose_resimulated_by_dop853(ball):
     prob, sol = ball
     assert sol.stop_reason == "converged", sol.message
@@ -138,6 +139,7 @@ def _cartpole(mult=1):
     return cartpole_problem(force_max=FMAX, steps=CP_STEPS * mult)
 
 
+@pytest.mark.long
 def test_cartpole_swing_up_bounded_resimulated_by_dop853():
     prob = _cartpole()
     # the swing-up from rest is strongly nonlinear and iLQR's tail linear (Gauss–Newton): inner

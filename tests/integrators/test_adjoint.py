@@ -74,6 +74,7 @@ def _assert_matches_central_differences(f, x, grad, seed=0, eps=1e-6, rtol=1e-6)
     assert abs(dot - fd) <= rtol * max(1.0, abs(fd)), (dot, fd)
 
 
+@pytest.mark.long
 def test_lgvi_heavy_top_gradients_equal_plain_reverse_mode():
     """Every parameter (initial momentum, inertia, potential parameters, dt, the control
     sequence), with states saved every 10 steps (the reconstruction is re-anchored at each saved
@@ -108,6 +109,7 @@ def test_composition_without_anchors():
         assert _rel(y, x) < 1e-10
 
 
+@pytest.mark.long
 def test_nonholonomic_sleigh_gradient():
     """NonholonomicVI (two implicit solves per step, the constraint at every node): the
     reversible gradient with respect to the initial velocities and the mass against central
@@ -133,6 +135,7 @@ def test_nonholonomic_sleigh_gradient():
         assert abs(float(grads[k] - fd)) <= 1e-6 * max(1.0, abs(float(fd))), (k, grads[k], fd)
 
 
+@pytest.mark.long
 def test_reconstruction_error():
     """Free body, 5000 steps: the initial state rebuilt from the final one to ~1e-13 (round-off
     of converged solves, observed 4e-13 after 1e4 steps).  An unconverged solve (one Newton
@@ -198,6 +201,7 @@ def _batched_loss(adjoint, dtype, steps=40):
     return loss
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 def test_batched_parameter_gradients_equal_plain_reverse_mode(dtype):
     """Under vmap, gradients with respect to unbatched parameters (inertia, potential
@@ -236,6 +240,7 @@ def test_batched_parameter_gradients_equal_plain_reverse_mode(dtype):
             assert _rel(g_rev[1][name].astype(jnp.float64), g64[1][name]) < tol32, name
 
 
+@pytest.mark.long
 def test_hoisted_backward_step_equals_the_direct_one(monkeypatch):
     """The split of the step (_split_invariant) applies to the LGVI (so the tests above
     exercise it) and gives the gradients of the unsplit backward step (the per-step VJP with
@@ -257,6 +262,7 @@ def test_hoisted_backward_step_equals_the_direct_one(monkeypatch):
         assert _rel(split[name], direct[name]) < 1e-12, name
 
 
+@pytest.mark.long
 def test_packed_backward_carry_equals_plain_reverse_mode(monkeypatch):
     """The LGVI's backward step carries its state and cotangents as one fused vector
     (adjoint._packed_carry, float64): free body under vmap, gradient with respect to the batched
@@ -291,6 +297,7 @@ def test_packed_backward_carry_equals_plain_reverse_mode(monkeypatch):
         assert _rel(a, c) < 1e-12
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("potential", [False, True])
 def test_splitting_gradients_equal_plain_reverse_mode(potential):
     """RigidBodySplitting (explicit, symmetric): the reversible gradient with respect to the
@@ -334,6 +341,7 @@ def test_splitting_gradients_equal_plain_reverse_mode(potential):
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "method",
     [
@@ -363,6 +371,7 @@ def test_composition_backward_runs_stage_by_stage(method, monkeypatch):
     _assert_matches_central_differences(lambda p: _loss(p, None, 10, method), p, rev)
 
 
+@pytest.mark.long
 def test_nested_composition_is_flattened():
     """Composition(Composition(LGVI, "yoshida4"), "yoshida4"): 9 stages, the products of the two
     schemes' coefficients (summing to one); the free body's reversible gradient with respect to
@@ -390,6 +399,7 @@ def test_nested_composition_is_flattened():
         assert _rel(y, x) < 1e-10
 
 
+@pytest.mark.long
 def test_composition_of_nonholonomic_vi():
     """The stage-wise backward step with NonholonomicVI (two implicit solves per stage, their
     solutions handed over from the reverse stage): the Chaplygin sleigh, a composition; the
@@ -414,6 +424,7 @@ def _damping(c, t, q, v, u):
     return -c * v
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", ["del", "del-force", "composition"])
 def test_discrete_euler_lagrange_gradients_equal_plain_reverse_mode(case):
     """DiscreteEulerLagrange (coordinates; symmetric also with a velocity-dependent force,

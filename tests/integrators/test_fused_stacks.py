@@ -6,6 +6,7 @@ inside ``plain_stacks()``.  Their speed is measured in ``benchmarks/bench_rigid_
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +43,7 @@ def test_under_vmap_and_nested_vmap():
     )
 
 
+@pytest.mark.long
 def test_derivatives_are_those_of_a_stack():
     w = jnp.array([0.3, -1.0, 0.7, 2.0])
     x = jnp.array([0.1, -0.4, 0.9])

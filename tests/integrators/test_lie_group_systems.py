@@ -80,6 +80,7 @@ def test_se3_body_under_gravity_closed_forms():
     assert np.max(np.abs(E - E[0])) / K.max() < 1e-4  # relative to the energy scale reached
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name,system,state0,method,order,dts",
     [
@@ -145,6 +146,7 @@ def test_pendulum_on_the_circle():
     np.testing.assert_allclose(a.states.mu, b.states.mu, atol=1e-9)
 
 
+@pytest.mark.long
 def test_se3_gradients_match_finite_differences():
     """Generic-group path (forward-mode Jacobian in the Newton solve, implicit-function-theorem
     derivatives) differentiated w.r.t. the initial momentum and the mass."""

@@ -98,6 +98,7 @@ def test_batch_members_stopping_at_different_iterations_equal_the_unbatched_solv
         np.testing.assert_allclose(xb[i], np.sqrt(a[i]), rtol=4e-16)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 def test_nonholonomic_vi_same_run_as_fixed_iterations(dtype):
     ball = gj.BallOnTurntable(mass=1.0, radius=0.5, table_rate=0.8)

@@ -124,6 +124,7 @@ def _assert_restart_bitwise(system, method, s0, dt, steps, save_every, controls=
     return full
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", list(CASES))
 def test_continued_run_is_bitwise_the_uninterrupted_one(name):
     system, method, s0, dt = CASES[name]()

@@ -6,6 +6,7 @@ to the array form's.  Speed: ``benchmarks/bench_scalarize.py``."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from variational.helpers import double_pendulum, double_spherical
 
 import geomjax as gj
@@ -23,6 +24,7 @@ def _both(make, run):
     return run(make(False)), run(make(True))
 
 
+@pytest.mark.long
 def test_generic_group_lgvi_se3_with_potential_and_gradients():
     body, s0 = se3_body()
     g0 = s0.g
@@ -51,6 +53,7 @@ def test_so3_exp_retraction_takes_the_generic_path():
     _agree(a.final_state, b.final_state)
 
 
+@pytest.mark.long
 def test_del_and_rattle():
     pend = double_pendulum()
     s0 = pend.make_state(jnp.array([0.6, -0.4]), jnp.array([0.3, 1.1]))

@@ -112,6 +112,7 @@ def four_devices():
     return json.loads(line[len("RESULT") :])
 
 
+@pytest.mark.long
 def test_sharded_equals_vmap_to_roundoff(four_devices):
     # each device runs jax.vmap(simulate) on its rows: no cross-device arithmetic in the forward
     # pass.  Only the vectorization of the per-device loop changes (batch 2 instead of 8: XLA may
@@ -145,6 +146,7 @@ def _batch(B, rng):
     return gj.RigidBodyState(R, jnp.asarray(rng.standard_normal((B, 3))))
 
 
+@pytest.mark.long
 def test_one_device_and_argument_checks(rng):
     rb = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
     s0 = _batch(3, rng)

@@ -90,6 +90,7 @@ def _forward_and_handed_over(system, method, state, dt, u):
     return fwd, method.forward_solutions(system, rev, x1)
 
 
+@pytest.mark.long
 @settings(max_examples=5, deadline=None)
 @given(FLOATS, FLOATS, FLOATS)
 def test_handed_over_solutions_are_the_forward_solutions(a, b, c):
@@ -119,6 +120,7 @@ def _rel(a, b):
     )
 
 
+@pytest.mark.long
 def test_sleigh_gradients_with_and_without_handover(monkeypatch):
     """NonholonomicVI with controls, gradients with respect to the initial velocities, the mass,
     dt and the controls: the handover changes only the linearization point's solutions, by
@@ -152,6 +154,7 @@ def test_sleigh_gradients_with_and_without_handover(monkeypatch):
         assert _rel(g[name], g_ref[name]) < 1e-10, name
 
 
+@pytest.mark.long
 def test_lgvi_batched_gradients_with_and_without_handover(monkeypatch):
     """The LGVI on SO(3) under vmap (the hoisted backward step, _Invariant, with the solutions
     as extra inputs), gradients with respect to the batched momenta and the shared inertia:

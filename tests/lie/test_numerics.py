@@ -54,6 +54,7 @@ def _grads_and_hessians(G, points):
     return out
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("G", MATRIX_GROUPS, ids=group_id)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_grad_and_hessian_are_finite(G, dtype):
@@ -135,6 +136,7 @@ def _derivative_references(G, W, x):
     }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("G", MATRIX_GROUPS, ids=group_id)
 def test_derivatives_at_zero_match_independent_references(G):
     """Derivatives at (and next to) 0 against references without removable singularities: the

@@ -5,6 +5,7 @@ references: the tilting rolling disk (energy, steady motions), the vertical roll
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import geomjax as gj
 from geomjax.systems import (
@@ -54,6 +55,7 @@ def _disk_rhs():
     return ref.rolling_rhs(1.0, np.diag([A, C, A]), ref.disk_rho(0.5), gravity=9.81)
 
 
+@pytest.mark.long
 def test_rolling_disk_reference_and_energy():
     ic = dict(x=0.2, y=-0.1, phi=0.3, theta=0.4, psi=0.5, phi_dot=2.0, theta_dot=0.5, psi_dot=3.0)
     s0 = DISK.state(**ic)

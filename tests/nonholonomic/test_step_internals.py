@@ -134,6 +134,7 @@ def test_forward_jacobian_matches_jacfwd_also_under_vmap():
 
 
 # --- the carried acceleration (Newton seed) ---------------------------------------------------
+@pytest.mark.long
 @pytest.mark.parametrize(
     "system,state",
     [
@@ -181,6 +182,7 @@ def test_vectorized_and_column_jacobians_give_the_same_run():
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.long
 def test_chord_iterations_converge_at_small_steps_and_keep_the_gradients():
     """``chord=True`` (the first Newton Jacobian kept for every iteration) gives Newton's run to
     round-off while h|v| is small, reports the slower convergence where it is not (the tilting
@@ -246,6 +248,7 @@ _DISK = RollingDisk()
 _VDISK = VerticalRollingDisk()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "system, state",
     [

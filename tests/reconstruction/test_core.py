@@ -145,6 +145,7 @@ def test_float32_free_body():
 # §5.2 ball on a turntable (affine): gauge independence, conserved spin
 
 
+@pytest.mark.long
 def test_ball_on_turntable_gauge_independence_and_spin():
     S = ball_on_turntable(rate=0.8, radius=0.5, mass=1.2)
 

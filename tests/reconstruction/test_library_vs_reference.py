@@ -189,6 +189,7 @@ def test_planar_linked_bodies_holonomy_vmapped_against_newton_euler():
         assert float(np.ravel(h)[0]) == pytest.approx(d, abs=1e-7)
 
 
+@pytest.mark.long
 def test_deforming_body_against_pinned_core_reference():
     inertia, masses = np.array([1.0, 1.3, 0.8]), np.array([0.7, 0.4])
     T = 2 * np.pi
@@ -267,6 +268,7 @@ def test_gyrostat_against_two_body_newton_euler():
     np.testing.assert_allclose(np.asarray(s.g), r["R"][-1, 0], rtol=0, atol=1e-7)
 
 
+@pytest.mark.long
 def test_holonomy_gradient_against_finite_differences_of_the_reference():
     """d(holonomy)/d(loop parameter) by jax.grad through ``holonomy`` against central finite
     differences of the full Newton–Euler chain (DOP853 1e-12: FD error ≈ 1e-12/h + h² ≈ 1e-8)."""
@@ -340,6 +342,7 @@ def _bib_run(rec, s0, n, T):
     return q[0], q[2]
 
 
+@pytest.mark.long
 def test_ball_in_ball_against_two_body_newton_euler():
     """``ball_in_ball`` (reduced, PowerGroup(SO3, 2)) against the Newton–Euler reference of
     both balls with contact and agent forces as multipliers: (i) latitude loop, zero momentum
@@ -411,6 +414,7 @@ def test_float32_holonomy_against_reference():
     np.testing.assert_allclose(np.asarray(g, np.float64), r["R"][-1], rtol=0, atol=2e-5)
 
 
+@pytest.mark.long
 def test_ball_in_ball_direction_path_through_south_pole():
     """The chart-free ``ball_in_ball(base="direction")``: the small ball's path as unit vectors
     seen from the big ball, here a loop through n = −e_z (where the polar chart and its tangent

@@ -36,6 +36,7 @@ def _phi(t):
     return PHI0 + AMP * np.sin(t)
 
 
+@pytest.mark.long
 def test_disk_phases_closed_form():
     """Vertical disk, heading φ(t) = φ₀ + 0.8 sin t (closed over 2π), trivial gauge (already
     nonholonomic and mechanical: g_NH ≡ 0).  With v = (R cos φ, R sin φ, 1), J(ċ) =
@@ -274,6 +275,7 @@ def _slider_base(t):
     return jnp.stack([0.3 + 0.9 * jnp.sin(1.3 * t)])
 
 
+@pytest.mark.long
 def test_slider_gauges_closed_form():
     """A cart x dragged by a shape s: K = ½ m (ẋ + a(s) ṡ)² + ½ ṡ², G = R translating x, D = TQ.
     Mechanical connection A = a(s) ds, so the mechanical (= nonholonomic) gauge is

@@ -53,6 +53,7 @@ def test_solid_angle_orientation_pinned():
         solid_angle(jnp.zeros((4, 2)))
 
 
+@pytest.mark.long
 def test_montgomery_phase_symmetric_top():
     """Free symmetric top: Π(t) circles the body axis with period T = 2π/|Π₃(1/I₁ − 1/I₃)|;
     the rotation about μ after one period is Δθ = 2ET/|μ| − Ω (mod 2π), with θ_D = 2ET/|μ|
@@ -96,6 +97,7 @@ def _hol(P):
     return jax.vmap(lambda p: gj.SO3.log(holonomy(BODY, _loop, 2 * jnp.pi, 48, params=p)))(P)
 
 
+@pytest.mark.long
 def test_holonomy_curvature_reparametrization_gradient_and_batch():
     c0 = np.array([0.2, 0.1])
     eps = np.array([0.2, 0.1, 0.05, 0.025])
@@ -135,6 +137,7 @@ def test_holonomy_curvature_reparametrization_gradient_and_batch():
     np.testing.assert_allclose(grad[:3], fd, rtol=1e-5, atol=1e-9)
 
 
+@pytest.mark.long
 def test_magnetic_body_larmor_precession():
     """§5.4: the spatial angular momentum precesses at the Larmor rate, μ(t) = exp(t ω̂_l) μ₀
     with ω_l = −γB, whatever the shape does."""
@@ -165,6 +168,7 @@ def _assert_horizontal(gG, u, ts):
     assert float(jnp.max(jnp.abs(w @ u))) < 1e-2 * float(jnp.max(jnp.linalg.norm(w, axis=1)))
 
 
+@pytest.mark.long
 def test_ball_in_ball_geometric_at_zero_momentum():
     """§5.3 with zero total angular momentum and no initial spin about the contact normal: the
     dynamics (MomentumLGVI, zero free momentum) is the horizontal lift — purely geometric

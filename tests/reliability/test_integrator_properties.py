@@ -228,6 +228,7 @@ def nh_run(system, state0, dt):
     return sol.states, viol, sol.stats["max_residual"]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "make", [_sleigh, _suslov, _vertical_disk], ids=["sleigh", "suslov", "vdisk"]
 )

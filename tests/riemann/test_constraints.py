@@ -176,6 +176,7 @@ def _routes(M, q, qd, qc, qdc, drag, u):
     return out
 
 
+@pytest.mark.long
 @given(seed=st.integers(0, 2**30))
 def test_embedding_multiplier_and_lagrange_routes_agree(seed):
     rng = np.random.default_rng(seed)

@@ -119,6 +119,7 @@ def test_composition_is_fourth_order():
     assert abs(fitted_order(hs, errs) - 4.0) < 0.2, errs
 
 
+@pytest.mark.long
 def test_rolling_disk_in_a_constraint_adapted_frame():
     """The vertical rolling disk with the slip velocities as constrained quasi-velocities: the
     constraints hold exactly, ``θ̇`` and ``φ̇`` (hence the energy and the nonholonomic momentum
@@ -149,6 +150,7 @@ def test_rolling_disk_in_a_constraint_adapted_frame():
     np.testing.assert_allclose(f.lam, lam_ref, rtol=1e-12)
 
 
+@pytest.mark.long
 def test_forces_are_frame_covectors_and_derivatives_match_fd():
     """A damping torque ``F = −c Ω`` given in the body frame: second order against the damped
     Euler–Poisson equations (ratio 4 ± 0.3), energy decreasing; and the forward derivative of

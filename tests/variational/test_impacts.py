@@ -158,6 +158,7 @@ def test_jump_law_general_metric(e, q, v):
     assert float(res) < 1e-12
 
 
+@pytest.mark.long
 def test_pendulum_hitting_a_wall_with_rattle():
     """Impacts around RATTLE: a spherical pendulum bouncing off the wall x ≥ −0.5 (e = 1): the
     constraint and the hidden constraint stay at round-off through impacts and the energy error
@@ -179,6 +180,7 @@ def test_pendulum_hitting_a_wall_with_rattle():
     assert float(jnp.max(jnp.abs(E - E[0]))) < 5e-3  # O(h²) RATTLE error, ~1e-3 observed
 
 
+@pytest.mark.long
 def test_gradients_through_impacts():
     """y(T) after one bounce: y = e v1 (T − t1) − g (T − t1)²/2, v1 = sqrt(2gH), t1 = sqrt(2H/g);
     d/dH and d/de through simulate (IFT on the impact time and the jump) vs the closed form's."""

@@ -23,6 +23,7 @@ from .helpers import (
 EPS = float(jnp.finfo(jnp.float64).eps)
 
 
+@pytest.mark.long
 def test_double_spherical_pendulum_drift_at_roundoff():
     """Position and hidden constraints every step at round-off: |g| ≤ 50 eps (g = ½(|x|² − l²)
     with |x| ~ 1 is evaluated to a few eps and re-imposed every step, so nothing accumulates) and
@@ -128,6 +129,7 @@ def test_gradients_match_finite_differences():
     )
 
 
+@pytest.mark.long
 def test_float32_constraint_drift():
     """float32: the constraint stays at float32 round-off (≤ 50 eps32) over 500 steps."""
     system, con = double_spherical()

@@ -25,6 +25,7 @@ def ball_impacts(H, e, n=60):
     return times, speeds
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 def test_ball_comes_to_rest(dtype):
     """e = 0.5, dt = 1e-3, from height 1 with horizontal velocity 0.3 (the case that used to
@@ -90,6 +91,7 @@ def rod_ends(q):
 ROD_IMPACTS = gj.Impacts(rod_ends, restitution=0.5)
 
 
+@pytest.mark.long
 def test_rod_dropped_flat_and_tilted():
     """Flat (θ = 0): both ends hit at once at the ball's impact times; the simultaneous Newton
     law keeps the rod flat (θ̇⁺ = 0, v_y⁺ = −e v_y⁻, impulses (1 + e) m |v_y⁻| / 2 each), the
@@ -154,6 +156,7 @@ def cradle_reference(v, e, rounds=10):
     return np.array(v)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("e", [1.0, 0.8])
 def test_newtons_cradle(e):
     """Three equal balls (radius 0.1) on a line, the first moving at 1 towards the other two,
@@ -177,6 +180,7 @@ def test_newtons_cradle(e):
     np.testing.assert_allclose(sol.states.q[after], q_exp, atol=1e-13)
 
 
+@pytest.mark.long
 def test_sliding_off_a_circle_releases():
     """A particle released at rest at angle θ0 from the top of the circle |q| = 1 (f = |q|² − 1
     ≥ 0, outside) slides on it (resting contact from the start: λ > 0) and leaves it where
@@ -219,6 +223,7 @@ class Floor(eqx.Module):
         return q[1] - self.c
 
 
+@pytest.mark.long
 def test_gradients_to_surface_parameters():
     """y(T) after one bounce off the floor y = c: y = c + e v1 (T − t1) − g (T − t1)²/2 with
     v1 = sqrt(2 g (H − c)), t1 = sqrt(2 (H − c)/g); d/dc, d/dH, d/de through simulate (the
