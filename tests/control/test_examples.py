@@ -93,6 +93,7 @@ def test_attitude_manoeuvre_reaches_target_confirmed_by_dop853():
     assert estimate < REACH  # the discretization error stays below the target tolerance
 
 
+@pytest.mark.long
 def test_pose_lgvi_on_se3_agrees_with_dop853_spatial_newton_euler():
     # fast check of the SE(3) re-simulation: random smooth wrenches; the LGVI error against the
     # reference must fall as h² (observed ratio 3.94 rotation / 3.94 position from h = 0.1 to 0.05)

@@ -152,6 +152,7 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     np.testing.assert_allclose(replay.final_state.R, xf.R, atol=1e-10)
 
 
+@pytest.mark.long
 def test_mpc_compiles_once_as_one_scan(closed_loop):
     c = closed_loop
     assert c["traces"] == 1

@@ -91,6 +91,7 @@ def test_lgvi_heavy_top_gradients_equal_plain_reverse_mode():
         assert _rel(rev[name], plain[name]) < 1e-10, name
 
 
+@pytest.mark.long
 def test_composition_without_anchors():
     """A composition (stages with negative steps) and no saved state but the last: the
     reconstruction runs over all 40 steps."""

@@ -128,6 +128,7 @@ def test_nonholonomic_vi_same_run_as_fixed_iterations(dtype):
             np.testing.assert_allclose(a[i], b, rtol=tol, atol=tol)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 @pytest.mark.parametrize("group", ["SO3", "SE3"])
 def test_lgvi_same_run_as_fixed_iterations(group, dtype):
@@ -183,6 +184,7 @@ def _check_same_runs(run, dts, tol=1e-12):
     return states
 
 
+@pytest.mark.long
 def test_del_and_rattle_same_run_as_fixed_iterations():
     """The coordinate integrators (``early_exit`` default ``True``): a double pendulum with DEL
     and a spherical pendulum with RATTLE, unbatched and batched over dt, against their fixed
@@ -216,6 +218,7 @@ def test_del_and_rattle_same_run_as_fixed_iterations():
                 assert abs(float(sphere(se.q)[0])) <= 1e-14
 
 
+@pytest.mark.long
 def test_momentum_lgvi_same_run_as_fixed_iterations():
     """The reconstruction LGVI (at most six iterations, ``early_exit`` default ``True``) on a
     gyrostat with a prescribed rotor curve: the same run as its fixed iterations to round-off,

@@ -174,6 +174,7 @@ def _loss_of_params(p):
     return _loss(system, gj.RigidBodyState(R0, p["Pi0"]), p["u"])
 
 
+@pytest.mark.long
 def test_gradients_match_central_differences():
     """d(loss)/d(initial momentum, inertia, potential parameters, control sequence) through the
     implicit solves (implicit function theorem) against central finite differences."""

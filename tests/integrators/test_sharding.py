@@ -126,6 +126,7 @@ def test_sharded_equals_vmap_to_roundoff(four_devices):
     assert four_devices["batched_params"] <= 1e-13
 
 
+@pytest.mark.long
 def test_sharded_pads_or_refuses(four_devices):
     assert four_devices["padded"] <= 1e-13
     assert four_devices["padded_shape"] == [6, 5, 3]

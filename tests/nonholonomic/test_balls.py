@@ -50,6 +50,7 @@ def _ne_errors(ys, R, p, om):
 # ball on a turntable
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("alpha", [0.0, 0.3], ids=["uniform", "accelerating"])
 def test_ball_on_turntable(alpha):
     ball = BallOnTurntable(mass=1.0, radius=0.5, table_rate=1.3, table_acceleration=alpha)

@@ -73,6 +73,7 @@ def test_rolling_disk_reference_and_energy():
     assert err.max() < 2e-3 and err[NSAVE // 2 :].max() < 1.5 * err[: NSAVE // 2].max()
 
 
+@pytest.mark.long
 def test_rolling_disk_steady_circular_motion():
     """The steady-motion relation (docstring) keeps the tilt constant in the Newton–Euler
     reference; the integrator keeps it to O(h²)."""

@@ -48,6 +48,7 @@ def test_closed_form_matches_dop853_of_the_reduced_equations(sleigh_reference):
     assert ys[0, 4] < 0 < ys[-1, 4]
 
 
+@pytest.mark.long
 def test_body_velocities_and_multiplier_converge_at_second_order(sleigh_runs, sleigh_reference):
     ts, ys = sleigh_reference
     om_ex, v_ex, th_ex = (np.asarray(a) for a in SLEIGH.closed_form(jnp.asarray(ts), OM0, V0, TH0))

@@ -173,6 +173,7 @@ def test_carried_acceleration_is_the_nodes_and_newton_converges(system, state):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.long
 def test_vectorized_and_column_jacobians_give_the_same_run():
     """The two ways of forming the Newton Jacobians (a speed trade-off, batched vs unbatched)
     compute the same numbers: the runs agree to round-off."""

@@ -72,6 +72,7 @@ def _turntable_errors():
     return err
 
 
+@pytest.mark.long
 def test_turntable_against_unreduced_reference_order_2():
     ns = np.array([32, 64, 128])
     e_lg = _turntable_errors()(rc.MomentumLGVI(), ns)

@@ -197,6 +197,7 @@ def test_ball_in_ball_geometric_at_zero_momentum():
     assert float(jnp.max(jnp.abs(g_lift[0] - jnp.eye(3)))) > 1e-2  # the big ball did turn
 
 
+@pytest.mark.long
 def test_linked_bodies_abelian_stokes():
     """Planar three-link chain at zero angular momentum (abelian, §3.3): the holonomy of a finite
     shape loop is exactly −∬F (Stokes), F = dA from :meth:`curvature`; Gauss quadrature."""

@@ -181,6 +181,7 @@ def _moving_identities(t, q, qd, drag):
     }
 
 
+@pytest.mark.long
 @given(seed=st.integers(0, 2**30))
 def test_canonical_connection_identities_and_routes(seed):
     rng = np.random.default_rng(seed)
