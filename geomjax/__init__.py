@@ -23,24 +23,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import _xla as _xla  # sets XLA_FLAGS at import, before anything can compute
-from . import control, integrators, lie, reconstruction, riemann, systems, variational
-from .control import (
-    DDP,
-    ILQR,
-    MPC,
-    AugmentedLagrangian,
-    BaseVelocityState,
-    BaseVelocitySystem,
-    GroupParam,
-    LiftMagnus4,
-    OptimalControlProblem,
-    OptimizeResult,
-    optimize,
-    optimize_restarts,
-    run_mpc,
-    solve_ocp,
-    solve_ocp_implicit,
-)
+from . import integrators, lie, reconstruction, riemann, systems, variational
 from .integrators import (
     LGVI,
     RATTLE,
@@ -218,7 +201,45 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "LiftMagnus4",
 ]
 
+# control (optax, the trajectory optimizers, the example problems) is imported on first use:
+# it is a third of geomjax's import time and a simulation does not need it (PEP 562)
+_CONTROL_NAMES = frozenset(
+    (
+        "DDP",
+        "ILQR",
+        "MPC",
+        "AugmentedLagrangian",
+        "BaseVelocityState",
+        "BaseVelocitySystem",
+        "GroupParam",
+        "LiftMagnus4",
+        "OptimalControlProblem",
+        "OptimizeResult",
+        "optimize",
+        "optimize_restarts",
+        "run_mpc",
+        "solve_ocp",
+        "solve_ocp_implicit",
+    )
+)
+
+
+def __getattr__(name: str):
+    if name == "control" or name in _CONTROL_NAMES:
+        import importlib
+
+        control = importlib.import_module(".control", __name__)
+        value = control if name == "control" else getattr(control, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'geomjax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
 # last: everything imported so far lives as long as the process (geomjax._gc)
-from . import _gc
+from . import _gc  # noqa: E402 (last, by design)
 
 _gc.freeze_import_time_objects()

@@ -44,7 +44,7 @@ from typing import ClassVar, Literal
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._linalg import two_sum
+from .._linalg import spd_inverse, two_sum
 from .._scalarize import scalarize
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
@@ -261,7 +261,7 @@ class LGVI(AbstractMethod):
     def solve_legendre(self, system, b, h):
         """Solve the discrete Legendre transform for ``xi`` given ``b``: ``(xi, relative residual)``."""
         I = system.inertia_matrix()
-        Iinv = jnp.linalg.inv(I)  # unbatched under vmap: shared by the batch
+        Iinv = spd_inverse(I)  # unbatched under vmap: shared by the batch
         xi0 = self._maybe_scalar(_legendre_predictor)(system.group, Iinv, b, h)
         return self._solve_legendre(system, I, b, h, xi0)
 
@@ -313,7 +313,7 @@ class LGVI(AbstractMethod):
         g, mu = system.split(state)
         h = jnp.asarray(dt, mu.dtype)
         I = system.inertia_matrix()
-        Iinv = jnp.linalg.inv(I)  # unbatched under vmap: shared by the batch
+        Iinv = spd_inverse(I)  # unbatched under vmap: shared by the batch
 
         def start(system, Iinv, g, mu, control, t, h):
             f0, F0 = self._forces(system, g, mu, control, t)

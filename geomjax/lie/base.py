@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._eager import eager_jit, known_value, quick_compiled
 from ._math import as_float
 
 __all__ = ["LieGroup", "check_shape"]
@@ -80,7 +81,7 @@ def _eager_jit(fn):
     process compiled ~30 one-operation programs (0.68 s on a 2-core CPU); compiled whole it is
     one program.  Under ``jit``/``vmap``/``grad`` nothing changes (the arguments are tracers:
     the jaxpr is the same as before, which the scalarized steps rely on)."""
-    jitted = jax.jit(fn, static_argnums=0)
+    jitted = eager_jit(fn, static_argnums=0)
 
     @functools.wraps(fn)
     def method(self, *args, **kwargs):
@@ -100,7 +101,7 @@ def _wrap_eager_methods(cls) -> None:
                 setattr(cls, name, _eager_jit(fn))
 
 
-@eqx.filter_jit
+@quick_compiled
 def _membership(group, g, tol):
     """``(bad, worst)`` of :meth:`LieGroup.check`: any defect above ``tol`` or not finite, and
     the largest finite defect (``inf`` where one is not finite)."""
@@ -146,9 +147,10 @@ class LieGroup(eqx.Module):
         """Identity element, broadcast to ``batch_shape + element_shape`` (the identity matrix for
         matrix groups; groups stored otherwise override this)."""
         dtype = dtype or jnp.result_type(float)
-        return jnp.broadcast_to(
-            jnp.eye(self.matrix_dim, dtype=dtype), (*tuple(batch_shape), *self.element_shape)
-        )
+        # built in NumPy and placed on the device: ``jnp.eye`` dispatched and compiled five
+        # small programs on a process's first call (inside jit the array is a constant)
+        eye = np.eye(self.matrix_dim, dtype=dtype)
+        return jax.device_put(np.broadcast_to(eye, (*tuple(batch_shape), *self.element_shape)))
 
     @abc.abstractmethod
     def compose(self, g, h) -> jax.Array:
@@ -351,7 +353,10 @@ class LieGroup(eqx.Module):
         )
         # one compiled function (cached per group, shape and tol): eagerly not a compile per
         # small operation of the defect on the first call of a process
-        bad, worst = _membership(self, g, tol)
+        # (the primal value under an eager grad/jvp: checked as a tracer, each small operation
+        # would compile on its own)
+        g_known = known_value(g)
+        bad, worst = _membership(self, g if g_known is None else g_known, tol)
         if _is_traced(bad):  # under a transformation (also for a constant g inside jit)
             return eqx.error_if(g, bad, msg)
         if bool(bad):

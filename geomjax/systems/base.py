@@ -15,7 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._linalg import degeneracy_tol, describe_degeneracy, is_degenerate, pivot_ratio_numpy
+from .._eager import known_value
+from .._linalg import (
+    degeneracy_tol,
+    describe_degeneracy,
+    is_degenerate,
+    pivot_ratio_numpy,
+    spd_inverse,
+)
 from ..lie.base import LieGroup, check_shape
 
 __all__ = [
@@ -38,9 +45,10 @@ def check_finite(x, name: str, where: str):
         x = jax.device_put(np.asarray(x))  # jnp.asarray would compile a conversion per shape
     x = jnp.asarray(x)
     msg = f"{where}: argument '{name}' must be finite (found NaN or inf)"
-    if _is_traced(x):
+    x_known = known_value(x)  # also the primal value under an eager grad/jvp
+    if x_known is None:
         return eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), msg)
-    if not np.all(np.isfinite(np.asarray(x))):  # eagerly in NumPy: no compile per shape
+    if not np.all(np.isfinite(np.asarray(x_known))):  # eagerly in NumPy: no compile per shape
         raise ValueError(msg)
     return x
 
@@ -54,8 +62,9 @@ def check_spd(M, name: str, where: str, n: int | None = None):
     scale invariant: an inertia × 1e-12 is as good as the inertia).  Traced (e.g. when a system is built inside a jitted loss): the
     same conditions compiled with :func:`equinox.error_if`.
     """
-    if not _is_traced(M):  # concrete: in NumPy, compiling nothing (first call of a process)
-        A = np.asarray(M)
+    M_known = known_value(M)  # also the primal value under an eager grad/jvp
+    if M_known is not None:  # concrete: in NumPy, compiling nothing (first call of a process)
+        A = np.asarray(M_known)
         if not np.issubdtype(A.dtype, np.inexact):
             A = A.astype(jnp.result_type(float))
         _check_square(A, name, where, n)
@@ -67,7 +76,10 @@ def check_spd(M, name: str, where: str, n: int | None = None):
             msg = f"{where}: argument '{name}' must be symmetric positive definite and finite"
             what = describe_degeneracy(0.5 * (A + A.T))
             raise ValueError(f"{msg}; {what}; asymmetry {float(np.max(np.abs(A - A.T))):.2e}")
-        return jax.device_put(A)  # (jnp.asarray would compile a conversion per shape)
+        if not _is_traced(M):
+            return jax.device_put(A)  # (jnp.asarray would compile a conversion per shape)
+        M = jnp.asarray(M)  # a differentiated tracer stays one
+        return M if jnp.issubdtype(M.dtype, jnp.inexact) else M.astype(A.dtype)
     M = jnp.asarray(M)
     if not jnp.issubdtype(M.dtype, jnp.inexact):
         M = M.astype(jnp.result_type(float))
@@ -199,9 +211,9 @@ class AbstractLieGroupSystem(AbstractSystem):
     def velocity(self, mu) -> jax.Array:
         """Body velocity ``xi = I^{-1} mu``.
 
-        Written as ``inv(I) @ mu``: the inverse of the (unbatched, well-conditioned SPD) inertia is
+        Written as ``inv(I) @ mu`` (:func:`geomjax._linalg.spd_inverse`): the inverse of the (unbatched, well-conditioned SPD) inertia is
         then shared by a vmapped batch instead of one small LU factorization per batch member."""
-        return jnp.linalg.inv(self.inertia_matrix()) @ mu
+        return spd_inverse(self.inertia_matrix()) @ mu
 
     def potential_force(self, g) -> jax.Array:
         """``-dV(g)`` in g*, the left-trivialized force of the potential (torque on SO(3)).

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._eager import quick_compiled
 from .._linalg import small_solve
 from ..systems.base import AbstractSystem, check_finite
 
@@ -58,7 +59,7 @@ def _solve(A, b):
     return small_solve(A, b) if A.shape[0] <= 8 else jnp.linalg.solve(A, b)
 
 
-@eqx.filter_jit
+@quick_compiled
 def _momentum(system, q, qdot):
     """``system.momentum`` compiled as one program (eagerly: not one per primitive; under a
     transformation it is inlined)."""

@@ -1,0 +1,66 @@
+"""Eager calls: values that Python knows now, and programs that compile quickly.
+
+**Known values.**
+An input check (finite values, group membership) on a concrete array runs eagerly in NumPy or as
+one cached program and raises ``ValueError``; on a tracer it is compiled into the caller's program
+with :func:`equinox.error_if`.  Under an *eager* ``jax.grad``/``jax.jvp`` the arguments are
+tracers too, but their primal values are concrete: checked as tracers, every small operation of
+the check was dispatched and compiled on its own (the README's gradient example compiled four
+one-operation programs for the finiteness check of its initial momentum).  :func:`known_value`
+returns those primal values, so such checks take the eager path.
+
+**Quick compiles.**  A group operation, an input check or a slice called eagerly is compiled as one
+small program (:func:`eager_jit`) whose run time is the dispatch of a few microseconds either way,
+so XLA's backend optimizations only cost compile time: measured on a 2-core x86-64 CPU (CPU time
+of the compile, float64), ``SO3.log`` 0.31 → 0.20 s, ``SE3.jac_right`` 0.44 → 0.23 s, ``SO3.exp``
+0.17 → 0.11 s, with ``xla_backend_optimization_level=0``.  Only such one-shot programs use it: the
+time loops and solvers keep XLA's full optimization.  Under an outer ``jit`` the function is
+inlined and the option does not apply."""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import numpy as np
+
+#: XLA options of the small eager programs (see the module docstring)
+EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
+def eager_jit(fn, **jit_kwargs):
+    """``jax.jit(fn, **jit_kwargs)`` compiled without XLA's backend optimizations: for small
+    programs called eagerly, whose run time is their dispatch."""
+    return jax.jit(fn, compiler_options=EAGER_COMPILER_OPTIONS, **jit_kwargs)
+
+
+def quick_compiled(fn):
+    """``fn`` compiled by :func:`equinox.filter_jit`, without XLA's backend optimizations when
+    no argument is a tracer (an eager call); under a transformation it is compiled normally (or
+    inlined in an outer ``jit``: JAX accepts compiler options on top-level programs only)."""
+    quick = eqx.filter_jit(fn, compiler_options=EAGER_COMPILER_OPTIONS)
+    plain = eqx.filter_jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return plain(*args, **kwargs)
+        return quick(*args, **kwargs)
+
+    return call
+
+
+def known_value(x):
+    """``x`` as a concrete array if its value is known at Python time, else None.
+
+    Known: NumPy and JAX arrays, Python numbers, and the tracers of eager forward- and
+    reverse-mode differentiation (``JVPTracer``/``LinearizeTracer``, whose primal is concrete).
+    Unknown (None): tracers of ``jit``, ``vmap``, ``scan`` and the like."""
+    if isinstance(x, jax.core.Tracer):
+        to_concrete = getattr(x, "to_concrete_value", None)  # JAX's own concreteness query
+        return None if to_concrete is None else to_concrete()
+    if isinstance(x, jax.Array | np.ndarray | float | int | np.number):
+        return x
+    return None
