@@ -89,7 +89,9 @@ def test_quick_compiled_eagerly_and_inside_jit_gives_the_same_numbers():
 
 
 @settings(max_examples=15, deadline=None)
-@given(n=st.sampled_from([1, 3, 6, 9]), seed=st.integers(0, 2**31 - 1), log_cond=st.floats(0.0, 6.0))
+@given(
+    n=st.sampled_from([1, 3, 6, 9]), seed=st.integers(0, 2**31 - 1), log_cond=st.floats(0.0, 6.0)
+)
 def test_spd_inverse_matches_lapack(n, seed, log_cond):
     # SPD with condition number 10^log_cond: elimination without pivoting is backward stable for
     # SPD matrices, so the error is ~ cond · eps (bound with a factor 100 for n ≤ 9)
