@@ -24,32 +24,43 @@ import functools
 import equinox as eqx
 import jax
 import numpy as np
+from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
 #: XLA options of the small eager programs (see the module docstring)
 EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
+def _at_top_level() -> bool:
+    """Whether no transformation is being traced now (JAX accepts compiler options only on a
+    top-level program; a group operation on constant arrays inside a ``jit`` is not one)."""
+    clean = getattr(jax_core, "trace_state_clean", None)
+    return bool(clean()) if clean is not None else False  # unknown: the plain program
+
+
+def _two_programs(quick, plain):
+    def call(*args, **kwargs):
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        if _at_top_level() and not any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return quick(*args, **kwargs)
+        return plain(*args, **kwargs)
+
+    return call
+
+
 def eager_jit(fn, **jit_kwargs):
-    """``jax.jit(fn, **jit_kwargs)`` compiled without XLA's backend optimizations: for small
-    programs called eagerly, whose run time is their dispatch."""
-    return jax.jit(fn, compiler_options=EAGER_COMPILER_OPTIONS, **jit_kwargs)
+    """``jax.jit(fn, **jit_kwargs)``, compiled without XLA's backend optimizations when called
+    at top level (eagerly): for small programs whose run time is their dispatch.  Under a
+    transformation it is the plain ``jax.jit`` (inlined in an outer ``jit``)."""
+    quick = jax.jit(fn, compiler_options=EAGER_COMPILER_OPTIONS, **jit_kwargs)
+    return functools.wraps(fn)(_two_programs(quick, jax.jit(fn, **jit_kwargs)))
 
 
 def quick_compiled(fn):
     """``fn`` compiled by :func:`equinox.filter_jit`, without XLA's backend optimizations when
-    no argument is a tracer (an eager call); under a transformation it is compiled normally (or
-    inlined in an outer ``jit``: JAX accepts compiler options on top-level programs only)."""
+    called at top level with no tracer argument (eagerly); compiled normally otherwise (e.g. under
+    an eager ``grad``), inlined in an outer ``jit``."""
     quick = eqx.filter_jit(fn, compiler_options=EAGER_COMPILER_OPTIONS)
-    plain = eqx.filter_jit(fn)
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        leaves = jax.tree_util.tree_leaves((args, kwargs))
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return plain(*args, **kwargs)
-        return quick(*args, **kwargs)
-
-    return call
+    return functools.wraps(fn)(_two_programs(quick, eqx.filter_jit(fn)))
 
 
 def known_value(x):

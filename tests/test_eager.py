@@ -88,6 +88,20 @@ def test_quick_compiled_eagerly_and_inside_jit_gives_the_same_numbers():
     np.testing.assert_allclose(g, np.tanh(a).sum(0) + 4 * np.cos(b), rtol=1e-13)
 
 
+def test_eager_programs_on_constants_inside_a_trace():
+    # a group operation or a metric function on a constant array inside jit/grad: its arguments
+    # are concrete but it is not a top-level program (no compiler options allowed there)
+    R = gj.SO3.exp(jnp.array([0.3, -0.1, 0.7]))
+    f = jax.jit(lambda x: gj.SO3.inverse(R) @ x)
+    np.testing.assert_allclose(f(jnp.ones(3)), np.asarray(R).T @ np.ones(3), rtol=1e-15)
+    g = jax.grad(lambda x: jnp.sum(gj.SO3.log(R) * x))(jnp.ones(3))
+    np.testing.assert_allclose(g, [0.3, -0.1, 0.7], rtol=1e-13)
+    metric = lambda q: jnp.diag(jnp.array([1.0, q[0] ** 2 + 1.0]))  # noqa: E731
+    q0 = jnp.array([0.5, 0.0])
+    inside = jax.jit(lambda v: gj.christoffel(metric, q0) @ v)(jnp.ones(2))
+    np.testing.assert_allclose(inside, gj.christoffel(metric, q0) @ np.ones(2), rtol=1e-14)
+
+
 @settings(max_examples=15, deadline=None)
 @given(
     n=st.sampled_from([1, 3, 6, 9]), seed=st.integers(0, 2**31 - 1), log_cond=st.floats(0.0, 6.0)

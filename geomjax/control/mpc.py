@@ -38,6 +38,7 @@ from .trajopt import (
     AbstractDDPSolver,
     OptimalControlProblem,
     ResidualCost,
+    _WrappedMethod,
     solve_ocp,
 )
 
@@ -150,18 +151,11 @@ class _TimeShifted(eqx.Module):
         return self.fn(t + self.t0, *rest)
 
 
-class _TimeShiftedMethod(AbstractMethod):
+class _TimeShiftedMethod(_WrappedMethod):
     """``method`` stepping from absolute time ``t + t0`` (time-dependent forces)."""
 
     method: AbstractMethod
     t0: jax.Array
-
-    @property
-    def order(self):
-        return self.method.order
-
-    def supports(self, system) -> bool:
-        return self.method.supports(system)
 
     def step(self, system, state, dt, control=None, t=0.0):
         return self.method.step(system, state, dt, control, t + self.t0)

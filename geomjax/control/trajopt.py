@@ -153,14 +153,11 @@ def default_chart(system) -> AbstractStateChart:
     return LieGroupChart() if isinstance(system, AbstractLieGroupSystem) else EuclideanChart()
 
 
-class Actuated(AbstractMethod):
-    """``method`` driven through a constant actuation matrix: the body force of a step is
-    ``B u`` for the actuator command ``u`` ``(m,)`` (e.g. four rotor thrusts → a body wrench
-    ``(torque, force)`` of a quadrotor).  Any geomjax method; ``B`` ``(dim, m)`` is an array
-    (differentiable)."""
+class _WrappedMethod(AbstractMethod):
+    """A method that changes how another one, ``method``, is called (its control, its time):
+    order and supported systems are ``method``'s."""
 
-    method: AbstractMethod
-    matrix: jax.Array
+    method: eqx.AbstractVar[AbstractMethod]
 
     @property
     def order(self):
@@ -168,6 +165,16 @@ class Actuated(AbstractMethod):
 
     def supports(self, system) -> bool:
         return self.method.supports(system)
+
+
+class Actuated(_WrappedMethod):
+    """``method`` driven through a constant actuation matrix: the body force of a step is
+    ``B u`` for the actuator command ``u`` ``(m,)`` (e.g. four rotor thrusts → a body wrench
+    ``(torque, force)`` of a quadrotor).  Any geomjax method; ``B`` ``(dim, m)`` is an array
+    (differentiable)."""
+
+    method: AbstractMethod
+    matrix: jax.Array
 
     def step(self, system, state, dt, control=None, t=0.0):
         u = None if control is None else self.matrix @ control

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import EAGER_COMPILER_OPTIONS
+from .._eager import quick_compiled
 from .._linalg import describe_degeneracy, is_degenerate, pivot_ratio
 from ..lie._math import as_float
 
@@ -68,7 +68,7 @@ def eager_program(fn):
     check that fails when the program runs (:class:`Checker`) makes the call run again op by op,
     which raises the ``ValueError`` with its eager diagnosis (e.g. the measured pivot ratio).
     """
-    compiled = eqx.filter_jit(fn, compiler_options=EAGER_COMPILER_OPTIONS)
+    compiled = quick_compiled(fn)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
