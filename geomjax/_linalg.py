@@ -61,6 +61,56 @@ def degeneracy_tol(n: int, dtype) -> float:
     return DEGENERACY_FACTOR * int(n) * float(np.finfo(dtype).eps)
 
 
+def small_cholesky(G):
+    """Lower Cholesky factor ``L`` of ``G = L Lᵀ`` (batched over leading axes), unrolled for
+    ``n ≤ 8`` (reading the symmetric part, as ``jnp.linalg.cholesky`` does); larger: LAPACK.
+
+    A non-positive pivot gives NaN from there on (LAPACK's factor is all NaN): either way the
+    pivot ratio of :func:`pivot_ratio` is NaN.  Why unrolled: the first LAPACK call a process
+    lowers on CPU imports SciPy's LAPACK wrappers (0.4 s on a 2-core x86-64 CPU; the first eager
+    ``christoffel`` spent most of its time there), and at this size elementwise code is as fast
+    and vectorizes across a vmapped batch."""
+    n = G.shape[-1]
+    if n > 8:
+        return jnp.linalg.cholesky(G)
+    L = [[None] * n for _ in range(n)]
+    for j in range(n):
+        s = G[..., j, j]
+        for k in range(j):
+            s = s - L[j][k] * L[j][k]
+        L[j][j] = jnp.sqrt(s)
+        for i in range(j + 1, n):
+            a = 0.5 * (G[..., i, j] + G[..., j, i])
+            for k in range(j):
+                a = a - L[i][k] * L[j][k]
+            L[i][j] = a / L[j][j]
+    zero = jnp.zeros_like(G[..., 0, 0])
+    rows = [jnp.stack([L[i][j] if j <= i else zero for j in range(n)], -1) for i in range(n)]
+    return jnp.stack(rows, -2)
+
+
+def small_cho_solve(L, b):
+    """``G⁻¹ b`` from the Cholesky factor ``L`` of :func:`small_cholesky` (one ``(n, n)`` matrix,
+    ``b`` of shape ``(n,)`` or ``(n, r)``): unrolled substitutions for ``n ≤ 8``, else
+    ``jax.scipy.linalg.cho_solve`` (whose triangular solves are LAPACK calls on CPU)."""
+    n = L.shape[-1]
+    if n > 8 or L.ndim != 2:
+        return jax.scipy.linalg.cho_solve((L, True), b)
+    y = [None] * n
+    for i in range(n):  # L y = b
+        acc = b[i]
+        for k in range(i):
+            acc = acc - L[i, k] * y[k]
+        y[i] = acc / L[i, i]
+    x = [None] * n
+    for i in reversed(range(n)):  # Lᵀ x = y
+        acc = y[i]
+        for k in range(i + 1, n):
+            acc = acc - L[k, i] * x[k]
+        x[i] = acc / L[i, i]
+    return jnp.stack(x, 0)
+
+
 def pivot_ratio(G):
     """The degeneracy measure of an SPD matrix: ``ρ = min_i L_ii² / G_ii`` for the Cholesky factor
     ``G = L Lᵀ``; returns ``(rho, L)`` (batched over leading axes: ``rho`` has shape
@@ -76,7 +126,7 @@ def pivot_ratio(G):
     degenerate): the same answer on every IEEE machine for matrices away from the threshold,
     unlike testing whether Cholesky happens to produce NaN on a round-off pivot.
     """
-    L = jnp.linalg.cholesky(G)
+    L = small_cholesky(G)
     d = jnp.diagonal(L, axis1=-2, axis2=-1)
     Gd = jnp.diagonal(G, axis1=-2, axis2=-1)
     ratio = d * d / Gd

@@ -20,7 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._eager import quick_compiled
-from .._linalg import describe_degeneracy, is_degenerate, pivot_ratio
+from .._linalg import (
+    describe_degeneracy,
+    is_degenerate,
+    pivot_ratio,
+    small_cho_solve,
+    small_cholesky,
+)
 from ..lie._math import as_float
 
 __all__ = [
@@ -141,7 +147,7 @@ def check_spd(M, name: str, where: str, tol: float | None = None):
 
 def cho_solve(G, b):
     """Unchecked Cholesky solve (for matrices validated elsewhere)."""
-    return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(G), True), b)
+    return small_cho_solve(small_cholesky(G), b)
 
 
 class Checker:
@@ -221,7 +227,7 @@ class Checker:
         if not is_traced(bad) and bool(bad):
             raise ValueError(f"{msg}; {describe_degeneracy(G)}")
         self.add(bad, msg)
-        return jax.scipy.linalg.cho_solve((L, True), b)
+        return small_cho_solve(L, b)
 
     def inverse(self, G, name: str):
         """``G⁻¹`` of an SPD matrix by Cholesky (checked like :meth:`solve`).
