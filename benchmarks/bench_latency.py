@@ -21,7 +21,7 @@ shared, and the minimum is the figure least disturbed by other load.  ``--label`
 the JSON (e.g. ``before`` on the main branch, ``after`` on this one); the JSON is written to
 ``benchmarks/results/latency_<label>.json``, and an earlier run with another label found there is
 printed side by side.  ``--only eager`` runs the first eager calls alone (label e.g.
-``before_eager``).
+``before_eager``); ``--only cache`` the persistent-cache row alone.
 """
 
 from __future__ import annotations
@@ -182,6 +182,9 @@ def measure(fast: bool, repeats: int, only: str | None = None) -> list[dict]:
     if only == "eager":
         _eager_rows(rows, repeats)
         return rows
+    if only == "cache":
+        _cache_rows(rows, repeats)
+        return rows
 
     def order(jax_first):
         return _child(_IMPORT_ORDER.format(jax_first=jax_first, steps=steps))
@@ -238,7 +241,10 @@ def _other_rows(rows, repeats):
     rows.append(
         {"case": "README first block, whole process", "value": r["value"], "unit": "s", "goal": 4.0}
     )
+    _cache_rows(rows, repeats)
 
+
+def _cache_rows(rows, repeats):
     def cached():
         with tempfile.TemporaryDirectory() as d:
             first = _child(_BALL, JAX_COMPILATION_CACHE_DIR=d)
