@@ -170,6 +170,19 @@ def main(argv=None):
             gj.Composition(gj.LGVI(newton_iters=2), "kahan_li8"),
             (0.4, 0.2, 0.1, 0.05),
         ),
+        # processed compositions (kernel every step, processor at the output only)
+        "LGVI blanes6 (processed)": (
+            gj.ProcessedComposition(gj.LGVI(), "blanes6"),
+            (0.2, 0.1, 0.05, 0.025),
+        ),
+        "LGVI bcm8 (processed)": (
+            gj.ProcessedComposition(gj.LGVI(), "bcm8"),
+            (0.4, 0.2, 0.1, 0.05),
+        ),
+        "LGVI bcm10 (processed)": (
+            gj.ProcessedComposition(gj.LGVI(), "bcm10"),
+            (0.8, 0.4, 0.2, 0.1),
+        ),
         "splitting (2)": (gj.RigidBodySplitting(), (0.02, 0.01, 0.005)),
         "splitting suzuki4": (
             gj.Composition(gj.RigidBodySplitting(), "suzuki4"),
