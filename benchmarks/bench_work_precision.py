@@ -1,5 +1,6 @@
 """Work–precision of the free rigid body: error at T = 100 against wall time, for the LGVI and the
-splitting (order 2), their compositions of order 4 and 6 (geomjax.Composition), RKMK4, and diffrax
+splitting (order 2), their compositions of order 4, 6 and 8 (geomjax.Composition), the LGVI's
+processed compositions of effective order 6, 8 and 10 (geomjax.ProcessedComposition), RKMK4, and diffrax
 Tsit5 / Dopri5 / Dopri8 with adaptive steps (PID controller, rtol = atol swept), all in one run.
 
     python benchmarks/bench_work_precision.py [--fast] [--clock=cpu]

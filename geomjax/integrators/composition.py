@@ -21,14 +21,23 @@ Schemes (coefficients ``γ_1..γ_s``, the rest by symmetry):
 * ``"kahan_li6"`` — Kahan & Li's ``s9odr6a`` (9 stages, order 6; HLW eq. (V.3.11)), error
   constant ~30× below ``"yoshida6"``;
 * ``"kahan_li8"`` — Kahan & Li's ``s15odr8`` (15 stages, order 8).  For a base method with a large
-  error constant (the LGVI's is ~35× the splitting's on the free body) it is the cheapest way to
-  tight tolerances: free body, T = 100, error 1e-8 with the LGVI in 1.11 ms against 1.45 ms with
-  ``"kahan_li6"`` (batch 1, float64, shared 2-core CPU, ``benchmarks/bench_work_precision.py``).
-  In the same run diffrax's adaptive Tsit5 takes 0.44 ms and the splitting with ``"kahan_li6"``
-  0.27 ms: at batch 1 on CPU an LGVI stage costs ~90 ns, a Tsit5 step ~390 ns, and the
-  15 stages of ``"kahan_li8"`` at the step that reaches 1e-8 outnumber Tsit5's steps 15 to 1.
-  (With XLA's default loop compilation, ``GEOMJAX_XLA_FLAGS=0``, both are slower, Tsit5 9.6×
-  and the LGVI 3.9×, and ``"kahan_li8"`` takes 1.03× Tsit5 at 1e-8, 0.71× at 1e-10.)
+  error constant (the LGVI's is ~35× the splitting's on the free body; at order 8 the gap grows:
+  1e5× at dt 0.2) it is the cheapest plain composition to tight tolerances.
+
+Cost (free body, T = 100, batch 1, float64, CPU time of the process,
+``benchmarks/bench_work_precision.py --clock=cpu``, two runs on the shared 2-core CPU at load 5
+and 10): an LGVI stage costs 100–135 ns — ~70–80 ns without the Legendre solve, ~20 ns per
+scalar Newton iteration, two of them from the third-order predictor at these stage steps
+(:func:`geomjax.integrators._so3_soa.cayley_solve_scalar`) — and a diffrax Tsit5 step
+0.45–0.5 µs.  Time to reach an error, over Tsit5's: ``"kahan_li8"`` 2.2–2.3× at 1e-8, 1.65–1.75×
+at 1e-10 (``"kahan_li6"`` 3.2–3.4× at 1e-8); the processed compositions of
+:class:`ProcessedComposition` go further with fewer stages for the same error (stages to reach
+1e-8 / 1e-10: ``"kahan_li8"`` 11 100 / 19 900, ``"bcm8"`` 7 300 / 13 100, ``"bcm10"``
+6 200 / 9 900): ``"bcm10"`` 1.43–1.53× at 1e-8, 1.02–1.05× at 1e-10.  What bounds it: Tsit5
+needs ~1 140 steps for 1e-8 and ~2 900 for 1e-10, i.e. 5.4 and 3.4 LGVI stages of
+``"bcm10"`` per Tsit5 step, so parity needs a stage of ≤ 90 ns at 1e-8 (≤ 150 ns at 1e-10).  The
+explicit splitting (:class:`~geomjax.RigidBodySplitting`, error constant far smaller) with
+``"kahan_li6"`` takes 0.88–1.15× at 1e-8, 0.8–1.1× at 1e-10.
 
 Controls and time: a zero-order-hold control ``u_k`` acts on the whole step, so every stage sees
 the same ``u_k`` (the composition then has order ``p`` for the exact flow with the piecewise-
@@ -381,8 +390,8 @@ class ProcessedComposition(AbstractMethod):
     Schemes (:data:`PROCESSED`): ``"blanes6"`` (kernel of 7 stages, effective order 6);
     ``"bcm8"`` (13 stages, order 8), ``"bcm10"`` (23 stages, order 10).  Measured on the
     free body with the LGVI (T = 100, ``benchmarks/bench_work_precision.py``): at the same
-    number of stages, ``"bcm8"``'s error is ~9× below Kahan–Li ``s15odr8``'s, and ``"bcm10"``
-    reaches 1e-10 with half the stages of ``"kahan_li8"``.
+    step, ``"bcm8"`` (13 stages) errs 9× less than Kahan–Li ``s15odr8`` (15 stages), and
+    ``"bcm10"`` reaches 1e-10 with half the stages of ``"kahan_li8"`` (module docstring).
 
     The carry is ``(kernel variable z = P_h^{-1}(y), h)``: :meth:`init` sets ``h = 0``
     (``z = y``), the first :meth:`advance` (and one with a different ``dt``) applies
