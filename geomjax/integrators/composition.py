@@ -25,15 +25,15 @@ Schemes (coefficients ``γ_1..γ_s``, the rest by symmetry):
   1e5× at dt 0.2) it is the cheapest plain composition to tight tolerances.
 
 Cost (free body, T = 100, batch 1, float64, CPU time of the process,
-``benchmarks/bench_work_precision.py --clock=cpu``, two runs on the shared 2-core CPU at load 5
-and 10): an LGVI stage costs 100–135 ns — ~70–80 ns without the Legendre solve, ~20 ns per
+``benchmarks/bench_work_precision.py --clock=cpu``, three runs on the shared 2-core CPU at load
+5–10): an LGVI stage costs 100–135 ns — ~70–80 ns without the Legendre solve, ~20 ns per
 scalar Newton iteration, two of them from the third-order predictor at these stage steps
 (:func:`geomjax.integrators._so3_soa.cayley_solve_scalar`) — and a diffrax Tsit5 step
-0.45–0.5 µs.  Time to reach an error, over Tsit5's: ``"kahan_li8"`` 2.2–2.3× at 1e-8, 1.65–1.75×
+0.45–0.5 µs.  Time to reach an error, over Tsit5's: ``"kahan_li8"`` 2.2–2.7× at 1e-8, 1.65–1.75×
 at 1e-10 (``"kahan_li6"`` 3.2–3.4× at 1e-8); the processed compositions of
 :class:`ProcessedComposition` go further with fewer stages for the same error (stages to reach
 1e-8 / 1e-10: ``"kahan_li8"`` 11 100 / 19 900, ``"bcm8"`` 7 300 / 13 100, ``"bcm10"``
-6 200 / 9 900): ``"bcm10"`` 1.43–1.53× at 1e-8, 1.02–1.05× at 1e-10.  What bounds it: Tsit5
+6 200 / 9 900): ``"bcm10"`` 1.43–1.68× at 1e-8, 1.0–1.05× at 1e-10 (``"bcm8"`` 1.8–2.1×, 1.2–1.6×).  What bounds it: Tsit5
 needs ~1 140 steps for 1e-8 and ~2 900 for 1e-10, i.e. 5.4 and 3.4 LGVI stages of
 ``"bcm10"`` per Tsit5 step, so parity needs a stage of ≤ 90 ns at 1e-8 (≤ 150 ns at 1e-10).  The
 explicit splitting (:class:`~geomjax.RigidBodySplitting`, error constant far smaller) with
