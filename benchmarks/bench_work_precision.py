@@ -1,5 +1,6 @@
 """Work–precision of the free rigid body: error at T = 100 against wall time, for the LGVI and the
-splitting (order 2), their compositions of order 4 and 6 (geomjax.Composition), RKMK4, and diffrax
+splitting (order 2), their compositions of order 4, 6 and 8 (geomjax.Composition), the LGVI's
+processed compositions of effective order 6, 8 and 10 (geomjax.ProcessedComposition), RKMK4, and diffrax
 Tsit5 / Dopri5 / Dopri8 with adaptive steps (PID controller, rtol = atol swept), all in one run.
 
     python benchmarks/bench_work_precision.py [--fast] [--clock=cpu]
@@ -169,6 +170,19 @@ def main(argv=None):
         "LGVI(newton_iters=2) kahan_li8": (
             gj.Composition(gj.LGVI(newton_iters=2), "kahan_li8"),
             (0.4, 0.2, 0.1, 0.05),
+        ),
+        # processed compositions (kernel every step, processor at the output only)
+        "LGVI blanes6 (processed)": (
+            gj.ProcessedComposition(gj.LGVI(), "blanes6"),
+            (0.2, 0.1, 0.05, 0.025),
+        ),
+        "LGVI bcm8 (processed)": (
+            gj.ProcessedComposition(gj.LGVI(), "bcm8"),
+            (0.4, 0.2, 0.1, 0.05),
+        ),
+        "LGVI bcm10 (processed)": (
+            gj.ProcessedComposition(gj.LGVI(), "bcm10"),
+            (0.8, 0.4, 0.2, 0.1),
         ),
         "splitting (2)": (gj.RigidBodySplitting(), (0.02, 0.01, 0.005)),
         "splitting suzuki4": (

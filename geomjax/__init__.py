@@ -33,6 +33,7 @@ from .integrators import (
     DiscreteHamel,
     Impacts,
     NonholonomicVI,
+    ProcessedComposition,
     ReversibleAdjoint,
     RigidBodySplitting,
     Solution,
@@ -157,6 +158,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "RATTLE",
     "Impacts",
     "Composition",
+    "ProcessedComposition",
     "ReversibleAdjoint",
     # Riemannian geometry, constraints and rigid systems of particles
     "christoffel",

@@ -31,9 +31,16 @@ __all__ = [
 
 # composition (higher order) and the reversible adjoint
 from .adjoint import ReversibleAdjoint, reconstruction_error
-from .composition import SCHEMES, Composition
+from .composition import PROCESSED, SCHEMES, Composition, ProcessedComposition
 
-__all__ += ["SCHEMES", "Composition", "ReversibleAdjoint", "reconstruction_error"]
+__all__ += [
+    "PROCESSED",
+    "SCHEMES",
+    "Composition",
+    "ProcessedComposition",
+    "ReversibleAdjoint",
+    "reconstruction_error",
+]
 
 # variational integrators in coordinates
 from .variational import (  # noqa: E402

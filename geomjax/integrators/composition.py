@@ -21,14 +21,23 @@ Schemes (coefficients ``γ_1..γ_s``, the rest by symmetry):
 * ``"kahan_li6"`` — Kahan & Li's ``s9odr6a`` (9 stages, order 6; HLW eq. (V.3.11)), error
   constant ~30× below ``"yoshida6"``;
 * ``"kahan_li8"`` — Kahan & Li's ``s15odr8`` (15 stages, order 8).  For a base method with a large
-  error constant (the LGVI's is ~35× the splitting's on the free body) it is the cheapest way to
-  tight tolerances: free body, T = 100, error 1e-8 with the LGVI in 1.11 ms against 1.45 ms with
-  ``"kahan_li6"`` (batch 1, float64, shared 2-core CPU, ``benchmarks/bench_work_precision.py``).
-  In the same run diffrax's adaptive Tsit5 takes 0.44 ms and the splitting with ``"kahan_li6"``
-  0.27 ms: at batch 1 on CPU an LGVI stage costs ~90 ns, a Tsit5 step ~390 ns, and the
-  15 stages of ``"kahan_li8"`` at the step that reaches 1e-8 outnumber Tsit5's steps 15 to 1.
-  (With XLA's default loop compilation, ``GEOMJAX_XLA_FLAGS=0``, both are slower, Tsit5 9.6×
-  and the LGVI 3.9×, and ``"kahan_li8"`` takes 1.03× Tsit5 at 1e-8, 0.71× at 1e-10.)
+  error constant (the LGVI's is ~35× the splitting's on the free body; at order 8 the gap grows:
+  1e5× at dt 0.2) it is the cheapest plain composition to tight tolerances.
+
+Cost (free body, T = 100, batch 1, float64, CPU time of the process,
+``benchmarks/bench_work_precision.py --clock=cpu``, three runs on the shared 2-core CPU at load
+5–10): an LGVI stage costs 100–135 ns — ~70–80 ns without the Legendre solve, ~20 ns per
+scalar Newton iteration, two of them from the third-order predictor at these stage steps
+(:func:`geomjax.integrators._so3_soa.cayley_solve_scalar`) — and a diffrax Tsit5 step
+0.45–0.5 µs.  Time to reach an error, over Tsit5's: ``"kahan_li8"`` 2.2–2.7× at 1e-8, 1.65–1.75×
+at 1e-10 (``"kahan_li6"`` 3.2–3.4× at 1e-8); the processed compositions of
+:class:`ProcessedComposition` go further with fewer stages for the same error (stages to reach
+1e-8 / 1e-10: ``"kahan_li8"`` 11 100 / 19 900, ``"bcm8"`` 7 300 / 13 100, ``"bcm10"``
+6 200 / 9 900): ``"bcm10"`` 1.43–1.68× at 1e-8, 1.0–1.05× at 1e-10 (``"bcm8"`` 1.8–2.1×, 1.2–1.6×).  What bounds it: Tsit5
+needs ~1 140 steps for 1e-8 and ~2 900 for 1e-10, i.e. 5.4 and 3.4 LGVI stages of
+``"bcm10"`` per Tsit5 step, so parity needs a stage of ≤ 90 ns at 1e-8 (≤ 150 ns at 1e-10).  The
+explicit splitting (:class:`~geomjax.RigidBodySplitting`, error constant far smaller) with
+``"kahan_li6"`` takes 0.88–1.15× at 1e-8, 0.8–1.1× at 1e-10.
 
 Controls and time: a zero-order-hold control ``u_k`` acts on the whole step, so every stage sees
 the same ``u_k`` (the composition then has order ``p`` for the exact flow with the piecewise-
@@ -52,7 +61,7 @@ import numpy as np
 
 from .base import AbstractMethod, StepStats
 
-__all__ = ["SCHEMES", "Composition"]
+__all__ = ["PROCESSED", "SCHEMES", "Composition", "ProcessedComposition"]
 
 
 def _palindrome(half, middle=None):
@@ -257,17 +266,245 @@ class Composition(AbstractMethod):
         return carry, StepStats(residual=worst)
 
     def _advance_scan(self, system, carry, dt, control, t):
-        gam = np.asarray(self.coefficients)
-        start = np.concatenate([[0.0], np.cumsum(gam)[:-1]])  # γ_1 + … + γ_{i−1}
-        dtype = jnp.result_type(*jax.tree_util.tree_leaves(carry))
+        return _scan_stages(self.method, system, carry, dt, control, t, self.coefficients)
 
-        def stage(c, coeffs):
-            carry, worst = c
-            g, e = coeffs
-            carry, stats = self.method.advance(system, carry, g * dt, control, t + e * dt)
-            r = stats.residual
-            return (carry, jnp.where(jnp.isnan(r), r, jnp.maximum(worst, r))), None
 
-        coeffs = (jnp.asarray(gam, dtype), jnp.asarray(start, dtype))
-        (carry, worst), _ = jax.lax.scan(stage, (carry, jnp.zeros((), dtype)), coeffs)
-        return carry, StepStats(residual=worst)
+def _scan_stages(method, system, carry, dt, control, t, gam):
+    """Steps of ``method`` of sizes ``γ_i dt`` in a ``lax.scan`` (stage ``i`` at time
+    ``t + (γ_1 + … + γ_{i−1}) dt``): ``(carry, StepStats)``, the largest stage residual."""
+    gam = np.asarray(gam)
+    start = np.concatenate([[0.0], np.cumsum(gam)[:-1]])  # γ_1 + … + γ_{i−1}
+    dtype = jnp.result_type(*jax.tree_util.tree_leaves(carry))
+
+    def stage(c, coeffs):
+        carry, worst = c
+        g, e = coeffs
+        carry, stats = method.advance(system, carry, g * dt, control, t + e * dt)
+        r = stats.residual
+        return (carry, jnp.where(jnp.isnan(r), r, jnp.maximum(worst, r))), None
+
+    coeffs = (jnp.asarray(gam, dtype), jnp.asarray(start, dtype))
+    (carry, worst), _ = jax.lax.scan(stage, (carry, jnp.zeros((), dtype)), coeffs)
+    return carry, StepStats(residual=worst)
+
+
+def _antisymmetric(half):
+    """Processor coefficients ``(−g_1, …, −g_m, g_1, …, g_m)`` with ``g_1 = −(g_2 + … + g_m)``
+    (``half`` gives ``g_2 … g_m``): they sum to zero, so ``P_h = id + O(h)``."""
+    half = [float(g) for g in half]
+    g = [-sum(half), *half]
+    return (*(-x for x in g), *g)
+
+
+PROCESSED: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]] = {
+    # Blanes (2001), Appl. Numer. Math. 37: kernel of 7 stages, processor of 10
+    "blanes6": (
+        6,
+        _palindrome([0.513910778424374, 0.364193022833858, -0.867423280969274]),
+        _antisymmetric(
+            [-0.461165940466494, -0.074332422810238, 0.384998538774070, 0.375012038697862]
+        ),
+    ),
+    # Blanes, Casas & Murua (2006), SIAM J. Sci. Comput. 27: kernel of 13 stages, processor of 20
+    "bcm8": (
+        8,
+        _palindrome(
+            [
+                0.168,
+                0.168,
+                0.585550530805562,
+                -0.460090457516872,
+                0.172863148729731,
+                0.179664539695039,
+            ]
+        ),
+        _antisymmetric(
+            [
+                -0.008488123494574411,
+                -0.337188967354338,
+                0.333987768164597,
+                0.588351189003849,
+                0.162324207599241,
+                -0.511744926116413,
+                0.236885952363384,
+                0.598212975943381,
+                -0.543415765371656,
+            ]
+        ),
+    ),
+    # Blanes, Casas & Murua (2006): kernel of 23 stages, processor of 24
+    "bcm10": (
+        10,
+        _palindrome(
+            [0.121657748919383] * 5
+            + [
+                -0.511318780154828,
+                -0.172858614884985,
+                0.123016258833066,
+                0.441503951671565,
+                -0.327071324165477,
+                0.070952700957766,
+            ]
+        ),
+        _antisymmetric(
+            [
+                0.4727142080578221,
+                0.01344750613191108,
+                -0.4637104712987078,
+                -0.3045590922565247,
+                -0.5382945821834320,
+                -0.1899795533199732,
+                0.1548256472553489,
+                -0.3594148033156072,
+                0.3430345669677392,
+                0.5334030283695922,
+                0.009116042043427756,
+            ]
+        ),
+    ),
+}
+"""Processed schemes: name → (effective order, palindromic kernel coefficients, processor
+coefficients ``p_1 … p_m``), for :class:`ProcessedComposition`."""
+
+
+class ProcessedComposition(AbstractMethod):
+    """``ProcessedComposition(method, scheme)``: a symmetric composition with processing
+    (Butcher 1969; López-Marcos, Sanz-Serna & Skeel 1996; Blanes, Casas & Ros, "Symplectic
+    integration with processing: a general study", SIAM J. Sci. Comput. 21 (1999); Blanes,
+    Casas & Murua, "Composition methods for differential equations with processing", SIAM J.
+    Sci. Comput. 27 (2006); HLW §V.3.4).
+
+    The kernel ``K_h = Φ_{γ_s h} ∘ … ∘ Φ_{γ_1 h}`` (palindromic, as :class:`Composition`) runs
+    every step, and a processor ``P_h`` is applied at the output times only:
+
+        y_n = P_h ∘ K_h^n ∘ P_h^{-1} (y_0),     P_h^{-1} = Φ_{p_m h} ∘ … ∘ Φ_{p_1 h},
+                                                P_h = Φ_{−p_1 h} ∘ … ∘ Φ_{−p_m h}
+
+    (``Φ_{−τ} = Φ_τ^{-1}`` for the symmetric base method).  ``P_h K_h P_h^{-1}`` has order ``p``
+    (the *effective* order of the kernel) although ``K_h`` alone does not: the processor
+    removes the error terms of the kernel that are a conjugation, so the kernel reaches order
+    ``p`` with fewer stages, or smaller error constants, than a plain composition.  Every
+    stage is a step of the base method, so each step keeps what the base method keeps (group,
+    momentum maps, Casimirs, symplecticity of ``K_h``).
+
+    Schemes (:data:`PROCESSED`): ``"blanes6"`` (kernel of 7 stages, effective order 6);
+    ``"bcm8"`` (13 stages, order 8), ``"bcm10"`` (23 stages, order 10).  Measured on the
+    free body with the LGVI (T = 100, ``benchmarks/bench_work_precision.py``): at the same
+    step, ``"bcm8"`` (13 stages) errs 9× less than Kahan–Li ``s15odr8`` (15 stages), and
+    ``"bcm10"`` reaches 1e-10 with half the stages of ``"kahan_li8"`` (module docstring).
+
+    The carry is ``(kernel variable z = P_h^{-1}(y), h)``: :meth:`init` sets ``h = 0``
+    (``z = y``), the first :meth:`advance` (and one with a different ``dt``) applies
+    ``P_dt^{-1}`` (after ``P_h`` for ``h ≠ 0``; a ``lax.cond`` on ``h == dt``, one scalar
+    branch per step), :meth:`finalize` applies ``P_h``.  So in :func:`geomjax.simulate` the
+    processor runs once per saved state; a run continued from a saved state agrees with the
+    uninterrupted one to round-off (``P^{-1}(P(z)) = z`` to round-off), not bitwise.  The
+    residuals of ``P^{-1}``'s stages are part of the step's ``StepStats``; those of ``P``'s are
+    not reported (they are stages of the same sizes as the kernel's).
+
+    For autonomous systems: a control would change the kernel from step to step, and the
+    processor, which conjugates one fixed kernel, would no longer cancel (``ValueError``).  Not
+    symmetric as a whole (``ReversibleAdjoint`` refuses it; use the plain
+    :class:`Composition` there), and not composable again.
+
+    Arguments:
+        method: a symmetric geomjax method (as for :class:`Composition`).
+        scheme: a name in :data:`PROCESSED` (default ``"bcm8"``).
+        loop: the kernel's stage loop (:class:`Composition`'s ``loop``).
+    """
+
+    method: AbstractMethod
+    scheme: str = eqx.field(static=True, default="bcm8")
+    loop: str | None = eqx.field(static=True, default=None)
+    symmetric: ClassVar[bool] = False
+
+    def __init__(self, method, scheme="bcm8", loop=None):
+        if not isinstance(scheme, str) or scheme not in PROCESSED:
+            raise ValueError(
+                f"ProcessedComposition: argument 'scheme' must be one of {sorted(PROCESSED)}, "
+                f"got {scheme!r}"
+            )
+        # the checks of 'method' and 'loop' are Composition's
+        Composition(method, PROCESSED[scheme][1], order=PROCESSED[scheme][0], loop=loop)
+        self.method = method
+        self.scheme = scheme
+        self.loop = loop
+
+    @property
+    def order(self) -> int:  # type: ignore[override]
+        return PROCESSED[self.scheme][0]
+
+    @property
+    def kernel(self) -> Composition:
+        """The kernel ``K_h`` as a :class:`Composition` (its own order is lower)."""
+        return Composition(self.method, PROCESSED[self.scheme][1], loop=self.loop)
+
+    @property
+    def processor(self) -> tuple[float, ...]:
+        """``p_1 … p_m``: ``P_h^{-1}`` is the base step with ``p_1 h``, then ``p_2 h``, …"""
+        return PROCESSED[self.scheme][2]
+
+    @property
+    def stages(self) -> int:
+        """Stages of the kernel (base steps per step)."""
+        return len(PROCESSED[self.scheme][1])
+
+    @property
+    def base(self) -> AbstractMethod:
+        return self.kernel.base
+
+    def supports(self, system) -> bool:
+        return self.method.supports(system)
+
+    def make_state(self, system, *args, **kwargs):
+        return self.kernel.make_state(system, *args, **kwargs)
+
+    def validate(self, system) -> None:
+        self.kernel.validate(system)
+
+    def check_initial(self, system, state):
+        return self.method.check_initial(system, state)
+
+    def init(self, system, state, t=0.0):
+        inner = self.method.init(system, state, t)
+        dtype = jnp.result_type(*jax.tree_util.tree_leaves(inner))
+        return inner, jnp.zeros((), dtype)
+
+    def _post(self, system, inner, h):
+        """``P_h`` (identity for ``h = 0``)."""
+        post = tuple(-p for p in self.processor[::-1])
+
+        def apply(inner):
+            return _scan_stages(self.method, system, inner, h, None, 0.0, post)[0]
+
+        return jax.lax.cond(h == 0, lambda inner: inner, apply, inner)
+
+    def finalize(self, system, carry):
+        inner, h = carry
+        return self.method.finalize(system, self._post(system, inner, h))
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
+        return self.finalize(system, carry), stats
+
+    def advance(self, system, carry, dt, control=None, t=0.0):
+        if control is not None:
+            raise ValueError(
+                "ProcessedComposition: controls are not supported (the processor conjugates one "
+                "fixed kernel; a control changes it from step to step). Use Composition"
+            )
+        inner, h = carry
+        dt = jnp.asarray(dt, h.dtype)
+
+        def reprocess(inner):  # P_dt^{-1} ∘ P_h: the kernel variable for the step dt
+            inner = self._post(system, inner, h)
+            inner, stats = _scan_stages(self.method, system, inner, dt, None, t, self.processor)
+            return inner, stats.residual
+
+        inner, r0 = jax.lax.cond(
+            h == dt, lambda inner: (inner, jnp.zeros((), h.dtype)), reprocess, inner
+        )
+        inner, stats = self.kernel.advance(system, inner, dt, None, t)
+        r = stats.residual
+        r = jnp.where(jnp.isnan(r0), r0, jnp.where(jnp.isnan(r), r, jnp.maximum(r, r0)))
+        return (inner, dt), StepStats(residual=r)

@@ -100,8 +100,8 @@ class LGVI(AbstractMethod):
         newton_iters: Newton iterations per step (default 3: from the second-order predictor
             the error after k iterations is ``O((h|xi|)^(2^(k+1)))``); at most this many with
             ``early_exit``.  On the SO(3) Cayley path with ``legendre_solve="scalar"``: the
-            number of scalar iterations (three reach round-off in float64 up to
-            ``h|xi| = 0.3``, four up to 0.6, as the vector Newton's).
+            number of scalar iterations (from its third-order predictor three reach
+            round-off in float64 up to ``h|xi| = 0.4``, two up to 0.2).
         legendre_solve: on the SO(3) Cayley fast path, ``"scalar"`` (default) solves the
             discrete Legendre transform through the scalar equation for
             ``c = 1 + h²/4 |xi|²`` (module docstring) and returns ``xi`` in closed form; the
