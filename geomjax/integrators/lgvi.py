@@ -121,8 +121,10 @@ class LGVI(AbstractMethod):
         tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
         reorthonormalize: pull the configuration back onto the group at each step (one
             Björck step ``R ← R (3 I − R^T R)/2`` on rotation blocks; see
-            :meth:`geomjax.LieGroup.renormalize`; on the SO(3) fast path it is applied to ``R_k``
-            before the update ``R_{k+1} = R_k F_k``, elsewhere after it).  ``None`` (default)
+            :meth:`geomjax.LieGroup.renormalize`; on the SO(3) fast path it is folded into the
+            update, ``R_{k+1} = R_k (1 + K + E)`` with ``F_k = 1 + K`` and ``R_k (1 + E)`` the
+            Björck step of ``R_k`` (the dropped ``R_k E K`` is ``O(eps h|xi|)``), elsewhere
+            applied after the update).  ``None`` (default)
             does so in float32 and below, where the round-off drift of ``R^T R`` would otherwise
             grow linearly (~1e-3 after 2e4 steps); the correction is ``O(eps)`` and leaves order
             and conservation properties unchanged.  In float64 the
@@ -162,7 +164,10 @@ class LGVI(AbstractMethod):
             increment form leaves a random walk (≤ 1e-4, as RK4 in float32: increments below
             half an ulp of ``Pi`` are lost where ``Pi`` moves slowly); with compensation
             ≤ 2e-7, the rounding of one step.  Derivatives are those of the uncompensated step
-            (``Pi_lo`` carries no tangent).
+            (``Pi_lo`` carries no tangent).  Cost (free body, batch 1024, float32, vmapped
+            ``simulate``, CPU time, 2-core CPU shared, one run, ns per body-step): 22.5 → 23.8
+            with the Björck step, 20.1 → 19.8 without (within the noise of the machine; 47 → 52
+            with the former batch-first carry).
     """
 
     retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")
