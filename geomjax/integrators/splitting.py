@@ -92,7 +92,7 @@ class RigidBodySplitting(AbstractMethod):
         return self.finalize(system, carry), stats
 
     def advance(self, system, carry, dt, control=None, t=0.0):
-        if carry.shape[-1] == 15:
+        if soa.compensation(carry) is not None:
             return self._advance_compensated(system, carry, dt, control, t)
         R, Pi = soa.from_carry(carry)
         I = system.inertia_matrix()
@@ -135,7 +135,7 @@ class RigidBodySplitting(AbstractMethod):
         ``Pi``, their increments summed and added to ``Pi + Pi_lo`` with compensation."""
         Rs, Ps = soa.split(carry)
         lo = soa.compensation(carry)
-        dtype = carry.dtype
+        dtype = soa.carry_dtype(carry)
         h = jnp.asarray(dt, dtype)
         half = 0.5 * h
         inv_I = 1.0 / jnp.diagonal(system.inertia_matrix())
