@@ -27,7 +27,7 @@ import numpy as np
 from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
 #: XLA options of the small eager programs (see the module docstring)
-EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 def _at_top_level() -> bool:
