@@ -26,6 +26,8 @@ import jax
 import numpy as np
 from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
+from . import _host_eval
+
 #: XLA options of the small eager programs (see the module docstring)
 EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
@@ -35,6 +37,63 @@ def _at_top_level() -> bool:
     top-level program; a group operation on constant arrays inside a ``jit`` is not one)."""
     clean = getattr(jax_core, "trace_state_clean", None)
     return bool(clean()) if clean is not None else False  # unknown: the plain program
+
+
+#: Eager calls of one signature (function, shapes, dtypes, static arguments) evaluated on the
+#: host (:mod:`geomjax._host_eval`) before the program is compiled.
+HOST_CALLS = 2
+
+
+class _Tiered:
+    """An eager program in two tiers: the first :data:`HOST_CALLS` calls of a signature are
+    evaluated by NumPy from the program's jaxpr (no XLA compilation; the jaxpr is traced once
+    and kept), later calls run the compiled program ``compiled``.  Falls back to ``compiled``
+    for large inputs, for primitives the interpreter does not know, and for arguments it
+    cannot key."""
+
+    def __init__(self, fn, compiled):
+        self.fn, self.compiled = fn, compiled
+        self.host: dict = {}  # signature -> [host calls so far, traced program] or None
+
+    def __call__(self, *args, **kwargs):
+        dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
+        flat, treedef = jax.tree_util.tree_flatten(dynamic)
+        try:
+            static_leaves, static_def = jax.tree_util.tree_flatten(static)
+            key = (treedef, static_def, tuple(static_leaves), tuple(_spec(x) for x in flat))
+            entry = self.host.get(key, [0, None])
+        except TypeError:  # an unhashable static argument
+            return self.compiled(*args, **kwargs)
+        if entry is None or entry[0] >= HOST_CALLS or not _host_eval.small(flat):
+            return self.compiled(*args, **kwargs)
+        try:
+            if entry[1] is None:
+                entry[1] = self._trace(args, kwargs)
+            out = self._on_host(entry[1], flat)
+        except _host_eval.Unsupported:
+            self.host[key] = None
+            return self.compiled(*args, **kwargs)
+        entry[0] += 1
+        self.host[key] = entry
+        return out
+
+    def _trace(self, args, kwargs):
+        closed, out_struct, out_static = eqx.filter_make_jaxpr(self.fn)(*args, **kwargs)
+        if any(getattr(v.aval, "weak_type", False) for v in closed.jaxpr.outvars):
+            raise _host_eval.Unsupported("weakly typed output")  # device_put would make it strong
+        return closed, out_struct, out_static
+
+    @staticmethod
+    def _on_host(traced, flat):
+        closed, out_struct, out_static = traced
+        values = _host_eval.evaluate(closed, [np.asarray(x) for x in flat])
+        struct = jax.tree_util.tree_structure(out_struct)
+        out = jax.tree_util.tree_unflatten(struct, [jax.device_put(v) for v in values])
+        return eqx.combine(out, out_static)
+
+
+def _spec(x):
+    return (np.shape(x), np.dtype(x.dtype), getattr(x, "weak_type", False))
 
 
 def _two_programs(quick, plain):
@@ -48,19 +107,21 @@ def _two_programs(quick, plain):
 
 
 def eager_jit(fn, **jit_kwargs):
-    """``jax.jit(fn, **jit_kwargs)``, compiled without XLA's backend optimizations when called
-    at top level (eagerly): for small programs whose run time is their dispatch.  Under a
+    """``jax.jit(fn, **jit_kwargs)``; called at top level (eagerly), its first calls of each
+    signature are evaluated on the host (:class:`_Tiered`) and then it is compiled without XLA's
+    backend optimizations: for small programs whose run time is their dispatch.  Under a
     transformation it is the plain ``jax.jit`` (inlined in an outer ``jit``)."""
     quick = jax.jit(fn, compiler_options=EAGER_COMPILER_OPTIONS, **jit_kwargs)
-    return functools.wraps(fn)(_two_programs(quick, jax.jit(fn, **jit_kwargs)))
+    return functools.wraps(fn)(_two_programs(_Tiered(fn, quick), jax.jit(fn, **jit_kwargs)))
 
 
 def quick_compiled(fn):
-    """``fn`` compiled by :func:`equinox.filter_jit`, without XLA's backend optimizations when
-    called at top level with no tracer argument (eagerly); compiled normally otherwise (e.g. under
-    an eager ``grad``), inlined in an outer ``jit``."""
+    """``fn`` under :func:`equinox.filter_jit`; called at top level with no tracer argument
+    (eagerly), its first calls of each signature are evaluated on the host (:class:`_Tiered`)
+    and then it is compiled without XLA's backend optimizations; compiled normally otherwise
+    (e.g. under an eager ``grad``), inlined in an outer ``jit``."""
     quick = eqx.filter_jit(fn, compiler_options=EAGER_COMPILER_OPTIONS)
-    return functools.wraps(fn)(_two_programs(quick, eqx.filter_jit(fn)))
+    return functools.wraps(fn)(_two_programs(_Tiered(fn, quick), eqx.filter_jit(fn)))
 
 
 def known_value(x):

@@ -1,5 +1,6 @@
-"""Eager group operations compile one program per method and shape (not one per primitive), and
-give what the same function gives under ``jit``; under a transformation they trace as before."""
+"""Eager group operations are evaluated on the host for their first calls and then compile one
+program per method and shape (not one per primitive), and give what the same function gives
+under ``jit``; under a transformation they trace as before."""
 
 import jax
 import jax.monitoring
@@ -7,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from geomjax._eager import HOST_CALLS
 from geomjax.lie import SE3, SO3, Rn
 from geomjax.lie.base import EAGER_JIT_METHODS
 
@@ -31,19 +33,26 @@ def _count_compiles(fn):
 @pytest.mark.parametrize(
     "group, method, n_args", [(SO3, "exp", 1), (SE3, "log", 1), (SO3, "compose", 2)]
 )
-def test_first_eager_call_compiles_one_program(group, method, n_args):
+def test_eager_calls_run_on_the_host_then_compile_one_program(group, method, n_args):
     # a batch shape no other test uses: op by op, each primitive would compile for it (~30)
     rng = np.random.default_rng(0)
     xi = rng.normal(size=(13, group.dim))
     args = [xi] if method == "exp" else [np.asarray(group.exp(x)) for x in (xi, 0.5 * xi)]
     args = args[:n_args]
-    out, n = _count_compiles(lambda: getattr(group, method)(*args))
+    call = lambda: getattr(group, method)(*args)  # noqa: E731
+    # the first calls of a signature are evaluated by NumPy from the jaxpr: nothing compiles
+    host = [_count_compiles(call) for _ in range(HOST_CALLS)]
+    assert [n for _, n in host] == [0] * HOST_CALLS
+    compiled, n = _count_compiles(call)  # then one program for this method and shape
     assert n == 1, n
-    # the same numbers as the function traced into a caller's jit (same program, so to round-off;
-    # observed bitwise)
+    # the same numbers as the function traced into a caller's jit: the compiled program to
+    # round-off, the host's libm to a few ulp of the O(1) entries
     ref = jax.jit(lambda *a: getattr(group, method)(*a) + 0.0)(*args)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)
-    _, again = _count_compiles(lambda: getattr(group, method)(*args))
+    np.testing.assert_allclose(compiled, ref, rtol=0, atol=1e-14)
+    for out, _ in host:
+        assert out.dtype == ref.dtype and out.shape == ref.shape
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)
+    _, again = _count_compiles(call)
     assert again == 0
 
 
