@@ -45,17 +45,26 @@ HOST_CALLS = 2
 
 
 class _Tiered:
-    """An eager program in two tiers: the first :data:`HOST_CALLS` calls of a signature are
-    evaluated by NumPy from the program's jaxpr (no XLA compilation; the jaxpr is traced once
-    and kept), later calls run the compiled program ``compiled``.  Falls back to ``compiled``
-    for large inputs, for primitives the interpreter does not know, and for arguments it
-    cannot key."""
+    """An eager program in two tiers.
 
-    def __init__(self, fn, compiled):
-        self.fn, self.compiled = fn, compiled
+    With concrete arguments, the first :data:`HOST_CALLS` calls of a signature are evaluated by
+    NumPy from the program's jaxpr (no XLA compilation; the jaxpr is traced once and kept), later
+    calls run ``quick`` (at top level) or ``plain`` (inside a transformation, e.g. a group
+    operation on a constant under an eager ``grad``, which JAX would compile on its own; inside
+    a ``jit`` the host's result is a constant of the caller's program).  Falls back to the
+    compiled program for large inputs, for primitives the interpreter does not know and for
+    arguments it cannot key.  With a tracer argument it is ``plain``, traced into the caller."""
+
+    def __init__(self, fn, quick, plain):
+        self.fn, self.quick, self.plain = fn, quick, plain
         self.host: dict = {}  # signature -> [host calls so far, traced program] or None
 
+    def compiled(self, *args, **kwargs):
+        return (self.quick if _at_top_level() else self.plain)(*args, **kwargs)
+
     def __call__(self, *args, **kwargs):
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
+            return self.plain(*args, **kwargs)
         dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
         flat, treedef = jax.tree_util.tree_flatten(dynamic)
         try:
@@ -96,23 +105,13 @@ def _spec(x):
     return (np.shape(x), np.dtype(x.dtype), getattr(x, "weak_type", False))
 
 
-def _two_programs(quick, plain):
-    def call(*args, **kwargs):
-        leaves = jax.tree_util.tree_leaves((args, kwargs))
-        if _at_top_level() and not any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return quick(*args, **kwargs)
-        return plain(*args, **kwargs)
-
-    return call
-
-
 def eager_jit(fn, **jit_kwargs):
     """``jax.jit(fn, **jit_kwargs)``; called at top level (eagerly), its first calls of each
     signature are evaluated on the host (:class:`_Tiered`) and then it is compiled without XLA's
     backend optimizations: for small programs whose run time is their dispatch.  Under a
     transformation it is the plain ``jax.jit`` (inlined in an outer ``jit``)."""
     quick = jax.jit(fn, compiler_options=EAGER_COMPILER_OPTIONS, **jit_kwargs)
-    return functools.wraps(fn)(_two_programs(_Tiered(fn, quick), jax.jit(fn, **jit_kwargs)))
+    return functools.wraps(fn)(_Tiered(fn, quick, jax.jit(fn, **jit_kwargs)))
 
 
 def quick_compiled(fn):
@@ -121,7 +120,7 @@ def quick_compiled(fn):
     and then it is compiled without XLA's backend optimizations; compiled normally otherwise
     (e.g. under an eager ``grad``), inlined in an outer ``jit``."""
     quick = eqx.filter_jit(fn, compiler_options=EAGER_COMPILER_OPTIONS)
-    return functools.wraps(fn)(_two_programs(_Tiered(fn, quick), eqx.filter_jit(fn)))
+    return functools.wraps(fn)(_Tiered(fn, quick, eqx.filter_jit(fn)))
 
 
 def known_value(x):
