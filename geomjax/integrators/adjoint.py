@@ -479,7 +479,22 @@ def _packed_carry(carry):
     one residual set for all stages, ``dt_known=False``); splitting 7.5× → 6.1× and 13.4× →
     9.6× (→ 6.9×).  Not applied where it was measured slower: in float32
     (batch 1024: 4.3× → 5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh, 35
-    entries, batch 256: 2.6× → 4.4×), hence the method's opt-in (``packs_reverse_carry``)."""
+    entries, batch 256: 2.6× → 4.4×), hence the method's opt-in (``packs_reverse_carry``).
+
+    Tried and not adopted: the batch-last layout of the forward run (the backward pass traced
+    within ``_so3_soa.batch_last_carry`` under ``vmap``, so the carry is a tuple of contiguous
+    ``(batch,)`` vectors).  Under ``vmap`` the packed carry is a row-major ``(batch, 27)`` array,
+    written row by row by the one fused kernel above, while a tuple carry lets every kernel run
+    along contiguous batch vectors.  But without the packing every carry entry is again its own
+    kernel, and they recompute the shared producers (operations in the loop body's fused
+    kernels: 3022 against 1523 packed), so the time is the same.  Measured: free body LGVI,
+    float64, batch 1024, 500 steps, gradient over forward CPU time, interleaved in one run,
+    load 2.5–5.5 on the 2-core machine, equal to noise (±0.15×): packed 2.9–3.3×, batch-last
+    packed 2.9–3.1×, batch-last tuple 3.1–3.3×.  Making XLA:CPU compute the shared values once
+    (it removes ``optimization_barrier``; a division by a runtime 1 ends a fusion) cut the
+    tuple form to 2400–2600 operations but added kernels, and with them memory traffic:
+    3.0–3.5×.  XLA:CPU's multi-output fusion (backend option
+    ``xla_cpu_use_multi_output_fusion``) made the tuple form 2× slower."""
     leaves, treedef = jax.tree_util.tree_flatten(carry)
     if not leaves or len({jnp.result_type(a) for a in leaves}) != 1:
         return None
