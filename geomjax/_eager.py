@@ -9,13 +9,19 @@ the check was dispatched and compiled on its own (the README's gradient example 
 one-operation programs for the finiteness check of its initial momentum).  :func:`known_value`
 returns those primal values, so such checks take the eager path.
 
-**Quick compiles.**  A group operation, an input check or a slice called eagerly is compiled as one
-small program (:func:`eager_jit`) whose run time is the dispatch of a few microseconds either way,
-so XLA's backend optimizations only cost compile time: measured on a 2-core x86-64 CPU (CPU time
-of the compile, float64), ``SO3.log`` 0.31 → 0.20 s, ``SE3.jac_right`` 0.44 → 0.23 s, ``SO3.exp``
-0.17 → 0.11 s, with ``xla_backend_optimization_level=0``.  Only such one-shot programs use it: the
-time loops and solvers keep XLA's full optimization.  Under an outer ``jit`` the function is
-inlined and the option does not apply."""
+**Host tier.**  A group operation, an input check, ``make_state``'s momentum or a metric function
+called eagerly is one small program (:func:`eager_jit`, :func:`quick_compiled`).  Its first
+:data:`HOST_CALLS` calls per signature are not compiled at all: NumPy evaluates the program's
+jaxpr (:mod:`geomjax._host_eval`), which costs the trace (10–70 ms) instead of XLA's code
+generation (0.1–0.3 s); a later call compiles it, and from then on it dispatches in microseconds.
+
+**Quick compiles.**  Compiled, such a program's run time is the dispatch either way, so XLA's
+backend optimizations and its MLIR fusion emitters only cost compile time: measured on a 2-core
+x86-64 CPU (CPU time of the compile, float64), ``SE3.jac_right`` 0.54 s → 0.41 s with
+``xla_backend_optimization_level=0`` → 0.15 s with the legacy elemental emitters as well
+(``xla_cpu_use_fusion_emitters=False``).  Only such one-shot programs use these options: the
+time loops and solvers keep XLA's defaults.  Under an outer ``jit`` the function is inlined and
+the options do not apply."""
 
 from __future__ import annotations
 
