@@ -89,6 +89,8 @@ class _Tiered:
             self.host[key] = None
             return self.compiled(*args, **kwargs)
         entry[0] += 1
+        if entry[0] >= HOST_CALLS:
+            entry[1] = None  # compiled from now on: the jaxpr is not needed any more
         self.host[key] = entry
         return out
 
