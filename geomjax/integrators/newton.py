@@ -205,6 +205,8 @@ def _newton(x0, args, *, residual, jac_solve, iters, chord=False, early_exit=Fal
     # each iterate once.  On accelerators a device-side loop costs kernel
     # launches and a predicate round trip per iteration while recomputation is cheap, so the
     # iterations stay unrolled there (not measured: no GPU was available).
+    if iters == 0:  # the root given (the LGVI's scalar solve, a replayed solution): no loop
+        return x0, residual(x0, args)
     x = jax.lax.fori_loop(0, iters, body, x0, unroll=_unroll_iterations())
     return x, residual(x, args)
 
