@@ -37,11 +37,37 @@ def _at_top_level() -> bool:
     return bool(clean()) if clean is not None else False  # unknown: the plain program
 
 
+def _under_eager_autodiff_only() -> bool:
+    """Whether the transformations being traced now are eager ``jax.grad``/``jax.jvp`` (forward-
+    and reverse-mode traces) over eager evaluation, with no ``jit`` or ``vmap`` around them:
+    a function of concrete arrays called there runs as a program of its own."""
+    try:
+        from jax._src.interpreters.ad import JVPTrace, LinearizeTrace
+
+        ctx = jax_core.trace_ctx
+        if ctx.axis_env is not jax_core.top_axis_env:
+            return False
+        t = ctx.trace
+        while isinstance(t, JVPTrace | LinearizeTrace):
+            t = t.parent_trace
+        return t is jax_core.eval_trace
+    except Exception:  # JAX internals moved: the plain program
+        return False
+
+
 def _two_programs(quick, plain):
     def call(*args, **kwargs):
         leaves = jax.tree_util.tree_leaves((args, kwargs))
-        if _at_top_level() and not any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return quick(*args, **kwargs)
+        if not any(isinstance(x, jax.core.Tracer) for x in leaves):
+            if _at_top_level():
+                return quick(*args, **kwargs)
+            if _under_eager_autodiff_only():
+                # concrete arguments under an eager grad/jvp (e.g. the group check of a state
+                # whose primal is known, geomjax._eager.known_value): no tangent to carry, so
+                # the quick program, run outside the autodiff traces (JAX takes compiler
+                # options only there); the README's gradient example: 0.3 s less compile
+                with jax_core.eval_context():
+                    return quick(*args, **kwargs)
         return plain(*args, **kwargs)
 
     return call

@@ -88,6 +88,28 @@ def test_quick_compiled_eagerly_and_inside_jit_gives_the_same_numbers():
     np.testing.assert_allclose(g, np.tanh(a).sum(0) + 4 * np.cos(b), rtol=1e-13)
 
 
+def test_quick_program_of_concrete_arrays_under_eager_autodiff():
+    # concrete arguments under an eager grad/jvp (a group check of a known primal): the quick
+    # top-level program, compiled once, not a second, fully optimized one; under jit, vmap
+    # and jit(grad) the function is traced into the caller's program
+    f = quick_compiled(lambda a, b: jnp.tanh(a) @ b)
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(5, 5)), rng.normal(size=5)
+    ref = np.tanh(a) @ b
+    np.testing.assert_allclose(f(a, b), ref, rtol=1e-13)  # compiles the quick program
+
+    def loss(x):
+        return jnp.sum(x * f(a, b))  # f of constants: no tangent
+
+    x = jnp.ones(5)
+    (g, t), names = _compiled_names(lambda: (jax.grad(loss)(x), jax.jvp(loss, (x,), (x,))[1]))
+    assert not any("lambda" in n for n in names), names  # f's program was reused
+    np.testing.assert_allclose(g, ref, rtol=1e-13)
+    np.testing.assert_allclose(t, ref.sum(), rtol=1e-13)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(x), ref, rtol=1e-13)
+    np.testing.assert_allclose(jax.vmap(loss)(jnp.ones((2, 5)))[1], ref.sum(), rtol=1e-13)
+
+
 def test_eager_programs_on_constants_inside_a_trace():
     # a group operation or a metric function on a constant array inside jit/grad: its arguments
     # are concrete but it is not a top-level program (no compiler options allowed there)
