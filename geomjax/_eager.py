@@ -45,6 +45,24 @@ def _at_top_level() -> bool:
     return bool(clean()) if clean is not None else False  # unknown: the plain program
 
 
+def _under_eager_autodiff_only() -> bool:
+    """Whether the transformations being traced now are eager ``jax.grad``/``jax.jvp`` (forward-
+    and reverse-mode traces) over eager evaluation, with no ``jit`` or ``vmap`` around them:
+    a function of concrete arrays called there runs as a program of its own."""
+    try:
+        from jax._src.interpreters.ad import JVPTrace, LinearizeTrace
+
+        ctx = jax_core.trace_ctx
+        if ctx.axis_env is not jax_core.top_axis_env:
+            return False
+        t = ctx.trace
+        while isinstance(t, JVPTrace | LinearizeTrace):
+            t = t.parent_trace
+        return t is jax_core.eval_trace
+    except Exception:  # JAX internals moved: the plain program
+        return False
+
+
 #: Eager calls of one signature (function, shapes, dtypes, static arguments) evaluated on the
 #: host (:mod:`geomjax._host_eval`) before the program is compiled.
 HOST_CALLS = 2
@@ -66,7 +84,15 @@ class _Tiered:
         self.host: dict = {}  # signature -> [host calls so far, traced program] or None
 
     def compiled(self, *args, **kwargs):
-        return (self.quick if _at_top_level() else self.plain)(*args, **kwargs)
+        if _at_top_level():
+            return self.quick(*args, **kwargs)
+        if _under_eager_autodiff_only():
+            # concrete arguments under an eager grad/jvp (e.g. the group check of a state whose
+            # primal is known, geomjax._eager.known_value): no tangent to carry, so the quick
+            # program, run outside the autodiff traces (JAX takes compiler options only there)
+            with jax_core.eval_context():
+                return self.quick(*args, **kwargs)
+        return self.plain(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import geomjax as gj
-from geomjax._eager import known_value, quick_compiled
+from geomjax._eager import HOST_CALLS, known_value, quick_compiled
 from geomjax._linalg import spd_inverse
 from geomjax.systems.base import check_finite, check_spd
 
@@ -86,6 +86,29 @@ def test_quick_compiled_eagerly_and_inside_jit_gives_the_same_numbers():
     np.testing.assert_allclose(inside, ref, rtol=1e-13)
     g = jax.grad(lambda b: f(a, b).sum())(b)  # eager grad: tracer arguments, compiled normally
     np.testing.assert_allclose(g, np.tanh(a).sum(0) + 4 * np.cos(b), rtol=1e-13)
+
+
+def test_quick_program_of_concrete_arrays_under_eager_autodiff():
+    # concrete arguments under an eager grad/jvp (a group check of a known primal): the quick
+    # top-level program, compiled once, not a second, fully optimized one; under jit, vmap
+    # and jit(grad) the function is traced into the caller's program
+    f = quick_compiled(lambda a, b: jnp.tanh(a) @ b)
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(5, 5)), rng.normal(size=5)
+    ref = np.tanh(a) @ b
+    for _ in range(HOST_CALLS + 1):  # host-evaluated first, then the quick program compiles
+        np.testing.assert_allclose(f(a, b), ref, rtol=1e-13)
+
+    def loss(x):
+        return jnp.sum(x * f(a, b))  # f of constants: no tangent
+
+    x = jnp.ones(5)
+    (g, t), names = _compiled_names(lambda: (jax.grad(loss)(x), jax.jvp(loss, (x,), (x,))[1]))
+    assert not any("lambda" in n for n in names), names  # f's program was reused
+    np.testing.assert_allclose(g, ref, rtol=1e-13)
+    np.testing.assert_allclose(t, ref.sum(), rtol=1e-13)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(x), ref, rtol=1e-13)
+    np.testing.assert_allclose(jax.vmap(loss)(jnp.ones((2, 5)))[1], ref.sum(), rtol=1e-13)
 
 
 def test_eager_programs_on_constants_inside_a_trace():

@@ -380,9 +380,7 @@ class LGVI(AbstractMethod):
             # no iteration from it: it returns the residual of the vector equation there (the
             # honest convergence test: reported in the stats, checked with on_failure="raise")
             # and differentiates by the implicit function theorem
-            x0, cay_factor = soa.cayley_solve_scalar(
-                I, b, h, self.newton_iters, early_exit=self.early_exit
-            )
+            x0, cay_factor = soa.cayley_guess(I, b, h, self.newton_iters, self.early_exit)
             x, r = newton_solve(
                 soa.cayley_residual, x0, (I, b, h), iters=0, jac_solve=soa.cayley_jac_solve
             )

@@ -516,10 +516,10 @@ def _integrate_traced(
         if feedback is not None:
             u = feedback(t, method.finalize(system, inner))
         inner, stats = method.advance(system, inner, dt, u, t)
-        # running maximum of the residual (NaN propagates, so a failed solve stays visible)
-        worst = jnp.where(
-            jnp.isnan(stats.residual), stats.residual, jnp.maximum(worst, stats.residual)
-        )
+        # running maximum of the residual (NaN propagates, so a failed solve stays visible);
+        # a diagnostic, not differentiated
+        res = jax.lax.stop_gradient(stats.residual)
+        worst = jnp.where(jnp.isnan(res), res, jnp.maximum(worst, res))
         return (inner, t + dt, worst), None
 
     chunk = _control_chunk(blocks, save_every)
@@ -539,6 +539,11 @@ def _integrate_traced(
                 lambda u: jnp.reshape(u, (save_every // chunk, chunk, *u.shape[1:])), us
             )
             (inner, t, worst), _ = jax.lax.scan(steps_of_chunk, carry, us)
+        elif save_every == 1:
+            # no loop of one step: the same program once compiled (XLA removes that loop), but
+            # one level of scan less to trace, linearize and partially evaluate under autodiff
+            u = None if us is None else jax.tree_util.tree_map(lambda a: a[0], us)
+            (inner, t, worst), _ = one_step(carry, u)
         else:
             (inner, t, worst), _ = jax.lax.scan(one_step, carry, us, length=save_every)
         return (inner, t), ((method.finalize(system, inner), t), {"residual": worst})
