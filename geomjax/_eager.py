@@ -34,8 +34,12 @@ from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
 from . import _host_eval
 
+#: XLA:CPU's legacy elemental IR emitters instead of its MLIR fusion emitters (jaxlib 0.10's
+#: default): the same kernels, compiled faster (an option of the CPU backend, ignored by others)
+LEGACY_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
+
 #: XLA options of the small eager programs (see the module docstring)
-EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+EAGER_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, **LEGACY_EMITTERS}
 
 
 def _at_top_level() -> bool:
@@ -155,6 +159,26 @@ def quick_compiled(fn):
     (e.g. under an eager ``grad``), inlined in an outer ``jit``."""
     quick = eqx.filter_jit(fn, compiler_options=EAGER_COMPILER_OPTIONS)
     return functools.wraps(fn)(_Tiered(fn, quick, eqx.filter_jit(fn)))
+
+
+def top_level_options(fn, compiler_options):
+    """``fn`` under :func:`equinox.filter_jit`, compiled with ``compiler_options`` when called at
+    top level with no tracer argument (JAX accepts compiler options only on a top-level program);
+    compiled normally under a transformation (e.g. an eager ``grad``), inlined in an outer
+    ``jit``.  For programs that run once per call site and whose run time the options leave
+    unchanged (measured: ``benchmarks/bench_compile_options.py``), e.g. :func:`geomjax.diagnostics`
+    with :data:`LEGACY_EMITTERS`."""
+    with_options = eqx.filter_jit(fn, compiler_options=compiler_options)
+    plain = eqx.filter_jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        traced = any(
+            isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))
+        )
+        return (plain if traced or not _at_top_level() else with_options)(*args, **kwargs)
+
+    return call
 
 
 def known_value(x):
