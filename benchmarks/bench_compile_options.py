@@ -49,7 +49,7 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from common import fast_mode, print_table, write_json  # noqa: E402
+from common import double_pendulum_lagrangian, fast_mode, print_table, write_json  # noqa: E402
 
 import geomjax as gj  # noqa: E402  (imported before any computation: geomjax._xla)
 from geomjax.systems import HeavyTop  # noqa: E402
@@ -143,14 +143,7 @@ def cases(fast: bool):
         (ball.state(x=(1.0, 0.3), omega=(0.4, -0.2, 0.7)),),
     )
 
-    def lag(q, v):
-        a, b = q
-        da, db = v
-        return (
-            da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * G0 * jnp.cos(a) + G0 * jnp.cos(b)
-        )
-
-    pend = gj.LagrangianSystem(lag, dim=2)
+    pend = gj.LagrangianSystem(double_pendulum_lagrangian, dim=2)
     yield (
         f"double pendulum, DiscreteEulerLagrange, {mid} steps",
         final(pend, gj.DiscreteEulerLagrange(), mid),

@@ -18,7 +18,14 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, machine_info, print_table, time_jitted, write_json
+from common import (
+    double_pendulum_lagrangian,
+    fast_mode,
+    machine_info,
+    print_table,
+    time_jitted,
+    write_json,
+)
 
 import geomjax as gj
 from geomjax.reconstruction import MomentumLGVI, Reconstruction
@@ -80,14 +87,7 @@ def _cases():
         1e-2,
     )
 
-    def L(q, v):
-        a, b = q
-        da, db = v
-        return (
-            da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * G0 * jnp.cos(a) + G0 * jnp.cos(b)
-        )
-
-    pend = gj.LagrangianSystem(L, dim=2)
+    pend = gj.LagrangianSystem(double_pendulum_lagrangian, dim=2)
     yield (
         "double pendulum, DiscreteEulerLagrange",
         pend,

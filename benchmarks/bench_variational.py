@@ -33,7 +33,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, print_table, save_figure, time_jitted, write_json
+from common import (
+    RESULTS,
+    double_pendulum_lagrangian,
+    fast_mode,
+    print_table,
+    save_figure,
+    time_jitted,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -57,13 +65,7 @@ def constraint(q):
 CART = gj.LagrangianSystem(metric=jnp.eye(4), potential=lambda q: G0 * (q[1] + q[3]))
 
 
-def _angle_lagrangian(q, v):
-    a, b = q[0], q[1]
-    da, db = v[0], v[1]
-    return da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * G0 * jnp.cos(a) + G0 * jnp.cos(b)
-
-
-ANGLES = gj.LagrangianSystem(_angle_lagrangian, dim=2)
+ANGLES = gj.LagrangianSystem(double_pendulum_lagrangian, dim=2)
 
 
 def cartesian_state():

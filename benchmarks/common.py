@@ -223,3 +223,13 @@ def save_figure(fig, path, dpi: int = 110) -> Path:
 def fast_mode(argv=None) -> bool:
     argv = sys.argv[1:] if argv is None else argv
     return "--fast" in argv or os.environ.get("GEOMJAX_FAST", "0") == "1"
+
+
+def double_pendulum_lagrangian(q, v, g=9.81):
+    """The planar double pendulum in joint angles (unit masses and lengths, angles from the
+    downward vertical): ``L = ȧ² + ½ḃ² + ȧḃ cos(a − b) + 2g cos a + g cos b``."""
+    import jax.numpy as jnp
+
+    a, b = q[0], q[1]
+    da, db = v[0], v[1]
+    return da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * g * jnp.cos(a) + g * jnp.cos(b)
