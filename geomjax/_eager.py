@@ -67,6 +67,10 @@ def _under_eager_autodiff_only() -> bool:
         return False
 
 
+def _has_tracer(args, kwargs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
+
+
 #: Eager calls of one signature (function, shapes, dtypes, static arguments) evaluated on the
 #: host (:mod:`geomjax._host_eval`) before the program is compiled.
 HOST_CALLS = 2
@@ -99,7 +103,7 @@ class _Tiered:
         return self.plain(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
+        if _has_tracer(args, kwargs):
             return self.plain(*args, **kwargs)
         dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
         flat, treedef = jax.tree_util.tree_flatten(dynamic)
@@ -133,7 +137,7 @@ class _Tiered:
     @staticmethod
     def _on_host(traced, flat):
         closed, out_struct, out_static = traced
-        values = _host_eval.evaluate(closed, [np.asarray(x) for x in flat])
+        values = _host_eval.evaluate(closed, flat)
         struct = jax.tree_util.tree_structure(out_struct)
         out = jax.tree_util.tree_unflatten(struct, [jax.device_put(v) for v in values])
         return eqx.combine(out, out_static)
@@ -173,10 +177,8 @@ def top_level_options(fn, compiler_options):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        traced = any(
-            isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))
-        )
-        return (plain if traced or not _at_top_level() else with_options)(*args, **kwargs)
+        top = _at_top_level() and not _has_tracer(args, kwargs)
+        return (with_options if top else plain)(*args, **kwargs)
 
     return call
 

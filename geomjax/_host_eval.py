@@ -292,8 +292,6 @@ def _apply(name, params, invals):
         return _BINARY[name](*invals)
     if name in _WITH_PARAMS:
         kept = {k: v for k, v in params.items() if k not in _IGNORED_PARAMS}
-        if name == "integer_pow":
-            return _WITH_PARAMS[name](*invals, kept["y"])
         return _WITH_PARAMS[name](*invals, **kept)
     raise Unsupported(name)
 
@@ -311,7 +309,7 @@ def evaluate(closed_jaxpr, args) -> list[np.ndarray]:
 
     Raises :class:`Unsupported` for a primitive outside the interpreter's table."""
     with np.errstate(all="ignore"):  # the untaken branch of a double-where may overflow
-        return _call(closed_jaxpr, [np.asarray(a) for a in args])
+        return _call(closed_jaxpr, list(args))
 
 
 def small(leaves) -> bool:
