@@ -29,6 +29,8 @@ from geomjax.riemann import (
     newton_acceleration,
 )
 
+from . import check_jit
+
 GRAV = 9.81
 
 
@@ -51,7 +53,7 @@ def cone(alpha):
     )
 
 
-@jax.jit
+@check_jit
 def _sphere_and_cone(a, m, alpha, qs, qds, qc, qdc):
     F = jnp.array([0.0, 0.0, -m * GRAV])
     S = Embedding(sphere(a), m)
@@ -141,7 +143,7 @@ def curve_level(x):
     return jnp.stack([x[0] ** 2 + x[1] ** 2 - 1.0, x[2] - 0.6 * x[0] * x[1]])
 
 
-@jax.jit
+@check_jit
 def _routes(M, q, qd, qc, qdc, drag, u):
     out = {}
     for name, phi, c, q_, qd_ in (
@@ -208,7 +210,7 @@ def test_embedding_multiplier_and_lagrange_routes_agree(seed):
     assert np.linalg.norm(P_M - Jn @ np.linalg.solve(Jn.T @ Jn, Jn.T)) > 1e-2
 
 
-@jax.jit
+@check_jit
 def _adapted_chart(M, y, yd, F):
     """Eq. (2.3) in the adapted chart X(y, s) = φ(y) + s ν(y) (ν transversal, not normal)."""
 
@@ -250,7 +252,7 @@ def test_reaction_equals_eq_2_3_in_an_adapted_non_orthogonal_chart(seed):
 # units, gradients, float32, errors
 
 
-@jax.jit
+@check_jit
 def _sphere_reaction(a, m, q, qd, grav):
     F = m * jnp.stack([0.0, 0.0, -grav])
     return Embedding(sphere(a), m).reaction_force(q, qd, F)

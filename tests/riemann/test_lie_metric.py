@@ -18,6 +18,8 @@ from scipy.integrate import solve_ivp
 import geomjax as gj
 from geomjax.riemann import LeftInvariantMetric
 
+from . import check_jit
+
 GROUPS = [gj.SO3, gj.SE3]
 
 
@@ -34,7 +36,7 @@ def random_point(G, rng, max_angle=2.5):
     return q
 
 
-@jax.jit
+@check_jit
 def _frame_and_coordinates(G, I, q, a, b, c):
     L = LeftInvariantMetric(G, I)
     E = jnp.linalg.inv(G.jac_right(q))  # columns: left-invariant fields e_j in exp coordinates

@@ -35,6 +35,8 @@ from geomjax.riemann import (
     sectional_curvature,
 )
 
+from . import check_jit
+
 A_SPHERE = 1.7
 R_TORUS, r_TORUS = 2.0, 0.6
 
@@ -55,7 +57,7 @@ def polar_metric(q):
     return jnp.diag(jnp.stack([1.0 + 0 * q[0], q[0] ** 2]))
 
 
-@jax.jit
+@check_jit
 def _surface_geometry(qs, qt, qh, qp):
     def one(metric, q):
         G = christoffel(metric, q)
@@ -139,7 +141,7 @@ def make_metric(p):
     return metric
 
 
-@jax.jit
+@check_jit
 def _routes(p, q, u, w, F):
     metric = make_metric(p)
     G = christoffel(metric, q)
@@ -193,7 +195,7 @@ def test_christoffel_against_finite_differences():
     np.testing.assert_allclose(o["G"], G_fd, atol=1e-9)
 
 
-@jax.jit
+@check_jit
 def _compatibility(p, c):
     """d/dt g(V, W) along a curve, by autodiff of the scalar, and g(DV, W) + g(V, DW)."""
     metric = make_metric(p)

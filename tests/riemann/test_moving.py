@@ -26,6 +26,8 @@ from geomjax.riemann import (
     euler_lagrange_acceleration,
 )
 
+from . import check_jit
+
 GRAV = 9.81
 
 
@@ -38,7 +40,7 @@ def hoop(a, w):
     )
 
 
-@jax.jit
+@check_jit
 def _hoop(a, w, m, t, th, thd):
     E = MovingEmbedding(hoop(a, w), m)
     F = jnp.array([0.0, 0.0, -m * GRAV])
@@ -153,7 +155,7 @@ def potential(x):
     return GRAV * x[2] + 0.5 * x @ x
 
 
-@jax.jit
+@check_jit
 def _moving_identities(t, q, qd, drag):
     E = MovingEmbedding(breathing_surface, M_FULL)
     xd = E.velocity(t, q, qd)
@@ -204,7 +206,7 @@ def test_canonical_connection_identities_and_routes(seed):
     assert np.abs(G10 - G10.T).max() > 1e-3  # the antisymmetric part (rotation) is extra data
 
 
-@jax.jit
+@check_jit
 def _static_vs_moving(q, qd, F):
     phi = lambda q: breathing_surface(0.5, q)  # noqa: E731
     E, Em = Embedding(phi, M_FULL), MovingEmbedding(lambda t, q: phi(q), M_FULL)
@@ -235,7 +237,7 @@ def frame_origin(t):
     return jnp.stack([0.5 * t**2, jnp.sin(1.5 * t), 0.2 * t**3])
 
 
-@jax.jit
+@check_jit
 def _frame_terms(t, y, yd, m):
     fr = MovingFrame(frame_rotation, frame_origin)
     f = fr.inertial_forces(t, y, yd, m)
@@ -278,7 +280,7 @@ def _inertial_rhs(t, Y):
     return jnp.concatenate([Y[3:], inertial_force(Y[:3], Y[3:], M_P) / M_P])
 
 
-@jax.jit
+@check_jit
 def _frame_rhs(t, Y):
     fr = MovingFrame(frame_rotation, frame_origin)
     y, yd = Y[:3], Y[3:]
@@ -315,7 +317,7 @@ def test_objectivity_free_particle():
     assert np.linalg.norm(y_end - y0) > 0.5  # the frame motion matters
 
 
-@jax.jit
+@check_jit
 def _hoop_in_both_frames(a, w, m, t, th, thd):
     """Inertial: moving constraint.  Rotating frame R(t) = exp(ωt ẑ): a fixed hoop (Embedding) with
     gravity and the inertial forces (Coriolis and centrifugal) as applied forces."""
@@ -359,7 +361,7 @@ def test_unit_covariance_and_gradient_of_moving_reaction():
     np.testing.assert_allclose(d_ad, (f(4.0 + h) - f(4.0 - h)) / (2 * h), rtol=1e-7, atol=1e-7)
 
 
-@jax.jit
+@check_jit
 def _hoop_scaled(a, w, m, grav, t, th, thd):
     E = MovingEmbedding(hoop(a, w), m)
     return E.reaction_force(t, th[None], thd[None], jnp.stack([0.0, 0.0, -m * grav]))

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 import geomjax as gj
 from geomjax.riemann import Embedding, LevelSetConstraint, ParticleSystem, RigidSystem
 
+from . import check_jit
+
 BODIES = {
     "dumbbell": (np.array([1.0, 3.0]), np.array([[0.0, 0.0, 0.0], [0.3, -0.4, 1.2]])),
     "collinear3": (np.array([1.0, 2.0, 0.5]), np.outer([0.0, 1.0, 2.5], [0.6, 0.0, 0.8]) + 1.0),
@@ -235,7 +237,7 @@ def _axis_coordinates(name):
     return r @ (d / np.linalg.norm(d))
 
 
-@jax.jit
+@check_jit
 def _all_rigid(b, state, routes_in):
     return _rigid_quantities(b, *state), _three_routes(b, *routes_in)
 
@@ -275,7 +277,7 @@ def check_routes(o):
         np.testing.assert_allclose(o["R"], o["R_mult"], atol=1e-10)
 
 
-@jax.jit
+@check_jit
 def _tetra_multipliers(b, x, v, F):
     L = LevelSetConstraint(pairwise_constraint(b.reference_positions), jnp.repeat(b.masses, 3))
     R_mult = L.reaction_force(x.ravel(), v.ravel(), F.ravel()).reshape(b.n, 3)
@@ -348,7 +350,7 @@ def test_particle_system_centre_of_mass_splitting():
     np.testing.assert_allclose(m[:, None] * np.asarray(ar), Fr, atol=1e-13)  # relative equation
 
 
-@jax.jit
+@check_jit
 def _reaction_of(masses, ref, x, v, F):
     return RigidSystem(masses, ref, characteristic=3).reaction_force(x, v, F)
 
@@ -394,7 +396,7 @@ def test_to_rigid_body_rejects_collinear_bodies():
         body("dumbbell").to_rigid_body()
 
 
-@jax.jit
+@check_jit
 def _particle_rhs(b, y):
     x, v = y[: 3 * b.n].reshape(b.n, 3), y[3 * b.n :].reshape(b.n, 3)
     return jnp.concatenate([v.ravel(), b.rigid_acceleration(x, v).ravel()])
