@@ -586,6 +586,12 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     n_save = steps // save_every
     dtype = dt.dtype
     ct_states = _zeros_if_none(ct_sol.states, sol.states)
+    if ct_sol._final_state is not None:  # Solution.final_state is the last saved state
+        ct_states = jax.tree_util.tree_map(
+            lambda a, b: a.at[-1].add(b),
+            ct_states,
+            _zeros_if_none(ct_sol._final_state, sol._final_state),
+        )
     ct_ts = jnp.zeros_like(sol.ts) if ct_sol.ts is None else ct_sol.ts
 
     def to_carry(s, t=0.0):

@@ -37,10 +37,16 @@ class Solution(eqx.Module):
     ts: jax.Array
     states: object
     stats: dict
+    # the last saved state, an output of simulate's own program: under an eager jax.grad the
+    # derivative of a loss of the final state then needs no indexing program of its own (two
+    # compilations, forward and transposed, ~0.2 s in the README's gradient example)
+    _final_state: object = None
 
     @property
     def final_state(self):
         """The last saved state (``states`` at the last time)."""
+        if self._final_state is not None:
+            return self._final_state
         return _last_state(self.states)
 
     @property
@@ -232,7 +238,10 @@ def load_solution(path, system=None, method=None, *, state_template=None):
         else:
             params, static = eqx.partition(tmpl, eqx.is_array)
             out.append(eqx.combine(_unflatten_like(params, data, prefix, prefix), static))
-    return Solution(ts=ts, states=states, stats=stats), out[0], out[1]
+    # the last state from the file's arrays (NumPy: no indexing program per leaf)
+    last = {k: v[-1] for k, v in data.items() if k.startswith("states")}
+    final = _unflatten_like(state_template, last, "states")
+    return Solution(ts=ts, states=states, stats=stats, _final_state=final), out[0], out[1]
 
 
 def cast_floating(tree, dtype):
@@ -556,7 +565,8 @@ def _integrate_traced(
     stats["max_residual"] = jnp.max(stats["residual"])
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), state0, states)
     ts = jnp.concatenate([t0[None], ts])
-    return Solution(ts=ts, states=states, stats=stats)
+    final = jax.tree_util.tree_map(lambda a: a[-1], states)
+    return Solution(ts=ts, states=states, stats=stats, _final_state=final)
 
 
 #: Largest per-chunk control slice (bytes) for :func:`_control_chunk`.
