@@ -159,7 +159,7 @@ def _identities(G, a):
 
 # unbatched and a two-axis batch (leading-axis broadcasting in general); a one-axis batch is
 # checked against vmap and a loop below (each batch shape is a compilation of all identities:
-# ~25 s of the suite per shape)
+# ~20 s of the suite per shape)
 @pytest.mark.parametrize("batch", [b for b in BATCHES if len(b) != 1])
 @given(seed=seeds())
 def test_group_identities(G, batch, seed):
@@ -193,11 +193,10 @@ def test_vmap_equals_loop_and_broadcasting(G, batch):
     xi = random_algebra(G, 3, batch, max_angle=3.0)
     g = random_element(G, 4, batch)
     flat_xi, flat_g = xi.reshape(-1, G.dim), g.reshape((-1, *G.element_shape))
-    one = jax.jit(_batched_fns, static_argnums=0)
+    quick = functools.partial(jax.jit, static_argnums=0, compiler_options=EAGER_COMPILER_OPTIONS)
+    one = quick(_batched_fns)
     loops = [one(G, flat_xi[i], flat_g[i]) for i in range(flat_xi.shape[0])]
-    vms = jax.jit(jax.vmap(_batched_fns, in_axes=(None, 0, 0)), static_argnums=0)(
-        G, flat_xi, flat_g
-    )
+    vms = quick(jax.vmap(_batched_fns, in_axes=(None, 0, 0)))(G, flat_xi, flat_g)
     broadcasts = one(G, xi, g)
     for k, name in enumerate(["exp", "log", "Ad", "jac_left_inv", "compose"]):
         loop = np.stack([np.asarray(out[k]) for out in loops])
