@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import _xla as _xla  # sets XLA_FLAGS at import, before anything can compute
-from . import integrators, lie, reconstruction, riemann, systems, variational
+from . import integrators, lie, systems, variational
 from .integrators import (
     LGVI,
     RATTLE,
@@ -44,33 +44,6 @@ from .integrators import (
     step,
 )
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
-from .reconstruction import (
-    BaseControlledSystem,
-    HorizontalLift,
-    MomentumLGVI,
-    Reconstruction,
-    ReconstructionRKMK4,
-    holonomy,
-    mechanical_gauge,
-    nonholonomic_gauge,
-    nonholonomic_phases,
-    reconstruct,
-    so3_phases,
-    solid_angle,
-)
-from .riemann import (
-    Embedding,
-    LeftInvariantMetric,
-    LevelSetConstraint,
-    MovingEmbedding,
-    MovingFrame,
-    ParticleSystem,
-    RigidSystem,
-    christoffel,
-    euler_lagrange_acceleration,
-    geodesic_acceleration,
-    newton_acceleration,
-)
 from .systems import (
     BallOnTurntable,
     ChaplyginSleigh,
@@ -203,37 +176,72 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "LiftMagnus4",
 ]
 
-# control (optax, the trajectory optimizers, the example problems) is imported on first use:
-# it is a third of geomjax's import time and a simulation does not need it (PEP 562)
-_CONTROL_NAMES = frozenset(
-    (
-        "DDP",
-        "ILQR",
-        "MPC",
-        "AugmentedLagrangian",
-        "BaseVelocityState",
-        "BaseVelocitySystem",
-        "GroupParam",
-        "LiftMagnus4",
-        "OptimalControlProblem",
-        "OptimizeResult",
-        "optimize",
-        "optimize_restarts",
-        "run_mpc",
-        "solve_ocp",
-        "solve_ocp_implicit",
-    )
-)
+# subpackages a simulation does not need are imported on first use (PEP 562): control (optax,
+# the trajectory optimizers, the example problems: a third of geomjax's import time), and
+# riemann and reconstruction (~15 % of it); `gj.christoffel` imports geomjax.riemann then
+_LAZY = {
+    "control": frozenset(
+        (
+            "AugmentedLagrangian",
+            "BaseVelocityState",
+            "BaseVelocitySystem",
+            "DDP",
+            "GroupParam",
+            "ILQR",
+            "LiftMagnus4",
+            "MPC",
+            "OptimalControlProblem",
+            "OptimizeResult",
+            "optimize",
+            "optimize_restarts",
+            "run_mpc",
+            "solve_ocp",
+            "solve_ocp_implicit",
+        )
+    ),
+    "reconstruction": frozenset(
+        (
+            "BaseControlledSystem",
+            "HorizontalLift",
+            "MomentumLGVI",
+            "Reconstruction",
+            "ReconstructionRKMK4",
+            "holonomy",
+            "mechanical_gauge",
+            "nonholonomic_gauge",
+            "nonholonomic_phases",
+            "reconstruct",
+            "so3_phases",
+            "solid_angle",
+        )
+    ),
+    "riemann": frozenset(
+        (
+            "Embedding",
+            "LeftInvariantMetric",
+            "LevelSetConstraint",
+            "MovingEmbedding",
+            "MovingFrame",
+            "ParticleSystem",
+            "RigidSystem",
+            "christoffel",
+            "euler_lagrange_acceleration",
+            "geodesic_acceleration",
+            "newton_acceleration",
+        )
+    ),
+}
 
 
 def __getattr__(name: str):
-    if name == "control" or name in _CONTROL_NAMES:
-        import importlib
+    for sub, names in _LAZY.items():
+        if name == sub or name in names:
+            import importlib
 
-        control = importlib.import_module(".control", __name__)
-        value = control if name == "control" else getattr(control, name)
-        globals()[name] = value
-        return value
+            module = importlib.import_module(f".{sub}", __name__)
+            value = module if name == sub else getattr(module, name)
+            globals()[name] = value
+            return value
     raise AttributeError(f"module 'geomjax' has no attribute {name!r}")
 
 

@@ -181,13 +181,18 @@ def test_final_state_is_the_last_saved_state_eagerly_and_under_jit():
     np.testing.assert_array_equal(jitted.Pi, last.Pi)
 
 
-def test_control_is_imported_on_first_use():
+def test_control_riemann_and_reconstruction_are_imported_on_first_use():
     code = (
         "import sys, geomjax as gj\n"
-        "assert 'geomjax.control' not in sys.modules\n"
+        "lazy = ('geomjax.control', 'geomjax.riemann', 'geomjax.reconstruction')\n"
+        "assert not any(m in sys.modules for m in lazy)\n"
         "assert gj.optimize is gj.control.optimize and 'MPC' in dir(gj)\n"
         "from geomjax import solve_ocp, MPC\n"
         "assert 'geomjax.control' in sys.modules\n"
+        "assert gj.christoffel is gj.riemann.christoffel and 'holonomy' in dir(gj)\n"
+        "from geomjax import holonomy, RigidSystem\n"
+        "assert holonomy is gj.reconstruction.holonomy and all(m in sys.modules for m in lazy)\n"
+        "assert all(hasattr(gj, n) for n in gj.__all__)\n"
         "try:\n    gj.not_a_name\nexcept AttributeError as e:\n    assert 'not_a_name' in str(e)\n"
         "else:\n    raise SystemExit('no AttributeError')\n"
     )
