@@ -110,8 +110,19 @@ def test_every_page_with_code_has_a_check():
     assert with_code <= set(CHECKS) | {"index.md"}, with_code - set(CHECKS)
 
 
+# pages whose examples run for ~15 s or more (optimizations, phase computations): the long tier,
+# with the notebooks (make test-full; CI runs both tiers)
+LONG_PAGES = {"control.md", "base-controlled.md"}
+
+
 @pytest.mark.parametrize(
-    "path", [p for p in PAGES if "```python" in p.read_text()], ids=lambda p: p.name
+    "path",
+    [
+        pytest.param(p, marks=[pytest.mark.long] if p.name in LONG_PAGES else [])
+        for p in PAGES
+        if "```python" in p.read_text()
+    ],
+    ids=lambda p: p.name,
 )
 def test_page_examples_run_and_hold(path):
     ns = run_page(path)
