@@ -49,18 +49,39 @@ def batch_last_carry(on: bool = True):
         _BATCH_LAST.pop()
 
 
-def to_carry(R, Pi, compensated: bool = False):
+def to_carry(R, Pi, compensated: bool = False, Pi_lo=None):
     """``(R, Pi)`` → the ``(12,)`` carry ``(R row-major, Pi)``; ``compensated``: the ``(15,)``
-    carry ``(R, Pi, Pi_lo)`` with the compensation ``Pi_lo = 0`` (:func:`add_compensated`).
-    Within :func:`batch_last_carry`: the same entries as a tuple of scalars."""
+    carry ``(R, Pi, Pi_lo)`` with the compensation ``Pi_lo`` (:func:`add_compensated`; zero
+    unless given).  Within :func:`batch_last_carry`: the same entries as a tuple of scalars."""
+    if compensated and Pi_lo is None:
+        Pi_lo = jnp.zeros_like(Pi)
     if _BATCH_LAST[-1]:
         R = jnp.reshape(R, (9,))
-        lo = tuple(jnp.zeros_like(Pi[i]) for i in range(3)) if compensated else ()
+        lo = tuple(Pi_lo[i] for i in range(3)) if compensated else ()
         return (*(R[i] for i in range(9)), *(Pi[i] for i in range(3)), *lo)
     parts = [jnp.reshape(R, (9,)), Pi]
     if compensated:
-        parts.append(jnp.zeros_like(Pi))
+        parts.append(Pi_lo)
     return jnp.concatenate(parts)
+
+
+def carry_extra(c):
+    """The compensated momentum of a ``(15,)`` carry as ``{"momentum": Pi, "momentum_lo":
+    Pi_lo}`` (``(3,)`` each, no derivative), ``None`` for a ``(12,)`` carry: what
+    ``AbstractMethod.carry_extra`` returns for the SO(3) kernels."""
+    lo = compensation(c)
+    if lo is None:
+        return None
+    hi = split(c)[1]
+    return jax.lax.stop_gradient({"momentum": jnp.stack(hi), "momentum_lo": jnp.stack(lo)})
+
+
+def resume_momentum(mu, extra):
+    """``(hi, lo)`` of a compensated momentum from the state's ``mu = fl(hi + lo)`` and
+    ``extra = carry_extra(...)``: ``hi = mu + (extra_hi − mu)`` is exact (the two differ by at
+    most one ulp, so the difference is exact, Sterbenz) and carries the derivative of ``mu``."""
+    hi = mu + jax.lax.stop_gradient(extra["momentum"] - mu)
+    return hi, jax.lax.stop_gradient(extra["momentum_lo"])
 
 
 def from_carry(c):

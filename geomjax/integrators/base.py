@@ -63,6 +63,21 @@ class AbstractMethod(eqx.Module):
         """One step on the internal carry: ``(carry, StepStats)``."""
         return self.step(system, carry, dt, control, t)
 
+    def carry_extra(self, system, carry):
+        """What the internal carry holds beyond the state it finalizes to and a continued run
+        needs to reproduce the uninterrupted one bitwise, as a dict of arrays, or ``None``
+        (nothing; the default).  Example: the compensated float32 momentum of
+        :class:`geomjax.LGVI`, whose rounding error ``finalize`` cannot put into the state.
+        :func:`geomjax.simulate` returns it as ``Solution.method_state``; pass that back as
+        ``simulate(..., method_state=)`` to continue the run (:meth:`resume`).  It carries no
+        derivative."""
+        return None
+
+    def resume(self, system, state, extra, t=0.0):
+        """The internal carry at ``state`` with ``extra`` (the output of :meth:`carry_extra`
+        for the carry that finalized to ``state``); :meth:`init` when ``extra`` is ``None``."""
+        return self.init(system, state, t)
+
     def carry_beyond_state(self) -> bool:
         """Whether the internal carry holds more than a layout of the state (e.g. the Newton seed
         of :class:`geomjax.NonholonomicVI`).  :func:`geomjax.simulate` then rebuilds it from the

@@ -242,6 +242,12 @@ class Composition(AbstractMethod):
     def finalize(self, system, carry):
         return self.method.finalize(system, carry)
 
+    def carry_extra(self, system, carry):
+        return self.method.carry_extra(system, carry)
+
+    def resume(self, system, state, extra, t=0.0):
+        return self.method.resume(system, state, extra, t)
+
     def carry_beyond_state(self) -> bool:
         return self.method.carry_beyond_state()
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from .._linalg import spd_inverse, two_sum
@@ -245,6 +246,24 @@ class LGVI(AbstractMethod):
             g, mu = system.split(carry.state)
             return system.make_state(g, mu + carry.lo)
         return carry
+
+    def carry_extra(self, system, carry):
+        # the compensated momentum (hi, lo): finalize rounds hi + lo into the state
+        if self._fast(system):
+            return soa.carry_extra(carry)
+        if isinstance(carry, _Compensated):
+            _, mu = system.split(carry.state)
+            return jax.lax.stop_gradient({"momentum": mu, "momentum_lo": carry.lo})
+        return None
+
+    def resume(self, system, state, extra, t=0.0):
+        if extra is None or not self._compensated(system.split(state)[1].dtype):
+            return self.init(system, state, t)
+        g, mu = system.split(state)
+        hi, lo = soa.resume_momentum(mu, extra)
+        if self._fast(system):
+            return soa.to_carry(g, hi, True, lo)
+        return _Compensated(system.make_state(g, hi), lo)
 
     def step(self, system, state, dt, control=None, t=0.0):
         carry, stats = self.advance(system, self.init(system, state), dt, control, t)

@@ -32,6 +32,10 @@ class Solution(eqx.Module):
         stats: dict of diagnostics: ``"residual"`` ``(n_save,)``, the largest relative residual of
             the implicit solves in each block (0 for explicit methods; NaN propagates), and
             ``"max_residual"``, its maximum over the run.
+        method_state: what the method carries beyond the final state (a dict of arrays, e.g.
+            the compensation of a float32 momentum), or ``None``: pass it back as
+            ``simulate(..., final_state, method_state=sol.method_state)`` to continue the run
+            bitwise (``AbstractMethod.carry_extra``).
     """
 
     ts: jax.Array
@@ -41,6 +45,7 @@ class Solution(eqx.Module):
     # derivative of a loss of the final state then needs no indexing program of its own (two
     # compilations, forward and transposed, ~0.2 s in the README's gradient example)
     _final_state: object = None
+    method_state: object = None
 
     @property
     def final_state(self):
@@ -115,6 +120,8 @@ class Solution(eqx.Module):
         arrays, meta = {}, {"format": "geomjax.Solution/1"}
         for prefix, tree in (("ts", self.ts), ("states", self.states), ("stats", self.stats)):
             _flatten_into(arrays, prefix, tree)
+        if self.method_state is not None:
+            _flatten_into(arrays, "method_state", self.method_state)
         meta["state_type"] = f"{type(self.states).__module__}.{type(self.states).__qualname__}"
         for prefix, obj in (("system", system), ("method", method)):
             if obj is not None:
@@ -241,7 +248,15 @@ def load_solution(path, system=None, method=None, *, state_template=None):
     # the last state from the file's arrays (NumPy: no indexing program per leaf)
     last = {k: v[-1] for k, v in data.items() if k.startswith("states")}
     final = _unflatten_like(state_template, last, "states")
-    return Solution(ts=ts, states=states, stats=stats, _final_state=final), out[0], out[1]
+    method_state = {
+        k[len("method_state['") : -2]: jnp.asarray(v)
+        for k, v in data.items()
+        if k.startswith("method_state[")
+    }
+    sol = Solution(
+        ts=ts, states=states, stats=stats, _final_state=final, method_state=method_state or None
+    )
+    return sol, out[0], out[1]
 
 
 def cast_floating(tree, dtype):
@@ -321,6 +336,7 @@ def simulate(
     checkpoint: bool = False,
     check_inputs: bool = True,
     adjoint=None,
+    method_state=None,
 ) -> Solution:
     """Integrate ``system`` with ``method`` for ``steps`` fixed steps of size ``dt``.
 
@@ -350,6 +366,10 @@ def simulate(
             :class:`geomjax.ReversibleAdjoint` ``()``: gradients by backward reconstruction of the
             trajectory with the reversed step (symmetric methods), memory independent of
             ``steps`` (see :mod:`geomjax.integrators.adjoint`).
+        method_state: ``None``, or the ``method_state`` of the run whose final state is
+            ``state0`` (:class:`Solution`): the method resumes from it (e.g. the LGVI's float32
+            momentum with its compensation), so the continued run equals the uninterrupted one
+            bitwise (below).  Not with ``adjoint``.
 
     Non-convergence of the implicit solves is reported in ``stats`` (``"residual"``): call
     :meth:`Solution.check` to raise :class:`ConvergenceError` with the failing step, and
@@ -373,12 +393,15 @@ def simulate(
     to the loops around the step, and XLA removes the loop over blocks of a one-block run (the
     loop over steps when ``save_every=1``), so runs compiled with another loop nest agree to
     round-off only.
-    Not bitwise: a run whose method carries a compensated momentum (the LGVI and
-    :class:`~geomjax.RigidBodySplitting` in float32, ``compensate``): the compensation ``Pi_lo``
-    is not in the saved state, and the continued run starts from ``Pi + Pi_lo`` rounded (one
-    rounding, ``|Pi_lo| ≤ ulp(Pi)/2``).  Rebuilding the carry from the state at every saved
-    block would make it bitwise but cost one such rounding per block (float32 free body, 2e4
-    steps, ``save_every=100``: energy error against the float64 run 8.4e-7 instead of ≤ 4.8e-7).
+    A method that carries more than the state (the LGVI, its compositions and
+    :class:`~geomjax.RigidBodySplitting` in float32 carry a compensated momentum ``Pi + Pi_lo``,
+    ``compensate``) returns it as ``Solution.method_state``: continue with
+    ``method_state=sol.method_state`` for a bitwise continuation.  Without it the continued run
+    starts from ``Pi + Pi_lo`` rounded (one rounding, ``|Pi_lo| ≤ ulp(Pi)/2``).  (Rebuilding the
+    carry from the state at every saved block instead would cost one such rounding per block:
+    float32 free body, 2e4 steps, ``save_every=100``: energy error against the float64 run
+    8.4e-7 instead of ≤ 4.8e-7.)  :class:`~geomjax.ProcessedComposition` of a compensated method
+    keeps no ``method_state``: its carry is the processed (kernel) variable.
     """
     args = dict(locals())  # every argument, forwarded by the eager on_failure="raise" path
     if not isinstance(method, AbstractMethod):
@@ -430,6 +453,14 @@ def simulate(
     t0 = jnp.asarray(t0, dtype)
     n_save = steps // save_every
 
+    if method_state is not None:
+        if adjoint is not None:
+            raise ValueError(
+                "simulate: argument 'method_state' cannot be combined with 'adjoint' (the "
+                "reversible adjoint rebuilds its carries from the saved states)"
+            )
+        method_state = _check_method_state(system, method, state0, t0, method_state)
+
     if adjoint is not None:  # a custom_vjp around this same function (adjoint=None inside)
         if not isinstance(adjoint, AbstractAdjoint) or checkpoint:
             raise ValueError(
@@ -468,7 +499,8 @@ def simulate(
         n_save=n_save,
         save_every=int(save_every),
         checkpoint=bool(checkpoint),
-        batch_last=_vmapped(system, state0, dt, t0, blocks),
+        batch_last=_vmapped(system, state0, dt, t0, blocks, method_state),
+        method_state=method_state,
     )
 
 
@@ -499,7 +531,7 @@ def _vmapped(*trees) -> bool:
 @eqx.filter_jit
 def _integrate(
     system, method, state0, dt, t0, blocks, feedback, *, n_save, save_every, checkpoint,
-    batch_last=False,
+    batch_last=False, method_state=None,
 ):  # fmt: skip
     """The scan of :func:`simulate` (inputs already validated and cast).
 
@@ -512,12 +544,14 @@ def _integrate(
         return _integrate_traced(
             system, method, state0, dt, t0, blocks, feedback,
             n_save=n_save, save_every=save_every, checkpoint=checkpoint,
+            method_state=method_state,
         )  # fmt: skip
 
 
 def _integrate_traced(
-    system, method, state0, dt, t0, blocks, feedback, *, n_save, save_every, checkpoint
-):
+    system, method, state0, dt, t0, blocks, feedback, *, n_save, save_every, checkpoint,
+    method_state=None,
+):  # fmt: skip
     dtype = dt.dtype
 
     def one_step(carry, u):
@@ -560,13 +594,17 @@ def _integrate_traced(
     if checkpoint:
         block = jax.checkpoint(block, prevent_cse=False)
 
-    carry0 = (method.init(system, state0, t0), t0)
-    _, ((states, ts), stats) = jax.lax.scan(block, carry0, blocks, length=n_save)
+    if method_state is None:
+        carry0 = (method.init(system, state0, t0), t0)
+    else:
+        carry0 = (method.resume(system, state0, method_state, t0), t0)
+    (inner, _), ((states, ts), stats) = jax.lax.scan(block, carry0, blocks, length=n_save)
     stats["max_residual"] = jnp.max(stats["residual"])
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), state0, states)
     ts = jnp.concatenate([t0[None], ts])
     final = jax.tree_util.tree_map(lambda a: a[-1], states)
-    return Solution(ts=ts, states=states, stats=stats, _final_state=final)
+    extra = method.carry_extra(system, inner)
+    return Solution(ts=ts, states=states, stats=stats, _final_state=final, method_state=extra)
 
 
 #: Largest per-chunk control slice (bytes) for :func:`_control_chunk`.
@@ -622,6 +660,49 @@ def _as_state_type(system, state0):
 
 def _traced(*trees) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
+
+
+def _check_method_state(system, method, state0, t0, method_state):
+    """``simulate``'s ``method_state``: the structure ``method.carry_extra`` gives for this
+    system and state (shapes, dtypes), as arrays; eagerly also that it belongs to ``state0``."""
+    expected = jax.eval_shape(
+        lambda s, t: method.carry_extra(system, method.init(system, s, t)), state0, t0
+    )
+    what = (
+        "nothing (this method carries no more than the state)"
+        if expected is None
+        else {k: (v.shape, str(v.dtype)) for k, v in expected.items()}
+    )
+    try:
+        method_state = jax.tree_util.tree_map(jnp.asarray, method_state)
+        ok = expected is not None and jax.tree_util.tree_all(
+            jax.tree_util.tree_map(
+                lambda e, m: e.shape == m.shape and e.dtype == m.dtype, expected, method_state
+            )
+        )
+    except (ValueError, TypeError):
+        ok = False
+    if not ok:
+        got = jax.tree_util.tree_map(
+            lambda m: (jnp.shape(m), str(jnp.result_type(m))), method_state
+        )
+        raise ValueError(
+            f"simulate: argument 'method_state' must be the method_state of a run of "
+            f"{type(method).__name__} ending at state0: expected {what}, got {got}"
+        )
+    if not _traced(method_state, state0) and "momentum" in method_state:
+        _, mu = system.split(state0)
+        # state0's momentum is fl(hi + lo): hi itself or one ulp from it
+        near = np.abs(np.asarray(method_state["momentum"]) - np.asarray(mu)) <= np.spacing(
+            np.abs(np.asarray(mu))
+        )
+        if not bool(np.all(near)):
+            raise ValueError(
+                "simulate: argument 'method_state' does not belong to state0 (its momentum is "
+                "not state0's to the last bit): pass the final_state and the method_state of "
+                "the same run"
+            )
+    return method_state
 
 
 def _check_dt(dt) -> None:

@@ -87,6 +87,16 @@ class RigidBodySplitting(AbstractMethod):
     def finalize(self, system, carry):
         return system.make_state(*soa.from_carry(carry))
 
+    def carry_extra(self, system, carry):
+        return soa.carry_extra(carry)  # the compensated momentum (LGVI.carry_extra)
+
+    def resume(self, system, state, extra, t=0.0):
+        R, Pi = system.split(state)
+        if extra is None or not self._compensated(Pi.dtype):
+            return self.init(system, state, t)
+        hi, lo = soa.resume_momentum(Pi, extra)
+        return soa.to_carry(R, hi, True, lo)
+
     def step(self, system, state, dt, control=None, t=0.0):
         carry, stats = self.advance(system, self.init(system, state), dt, control, t)
         return self.finalize(system, carry), stats

@@ -110,8 +110,9 @@ def _assert_restart_bitwise(system, method, s0, dt, steps, save_every, controls=
     full = gj.simulate(system, method, s0, dt, steps, controls, save_every=save_every)
     first = gj.simulate(system, method, s0, dt, half, c1, save_every=save_every)
     cont = gj.simulate(
-        system, method, first.final_state, dt, half, c2, save_every=save_every, t0=first.ts[-1]
-    )
+        system, method, first.final_state, dt, half, c2, save_every=save_every, t0=first.ts[-1],
+        method_state=first.method_state,
+    )  # fmt: skip
     k = half // save_every
     for a, b in (
         (jax.tree_util.tree_map(lambda x: x[: k + 1], (full.ts, full.states)), first),
@@ -136,6 +137,51 @@ def test_continued_run_is_bitwise_the_uninterrupted_one(name):
     ]
     assert max(moved) > 1e-3
     assert float(full.max_residual) < 1e-10
+
+
+# float32: the LGVI (SO(3) kernel and the generic path), its composition and the splitting carry
+# a compensated momentum (Pi, Pi_lo); Solution.method_state hands Pi_lo (and Pi before its
+# rounding into the state) to the continued run
+F32_CASES = [
+    "LGVI free body",
+    "LGVI heavy top",
+    "LGVI SE(3)",
+    "RigidBodySplitting",
+    "Composition(LGVI)",
+]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[] if n == "LGVI free body" else [pytest.mark.long]) for n in F32_CASES],
+)
+def test_float32_continued_run_with_method_state_is_bitwise(name, tmp_path):
+    system, method, s0, dt = CASES[name]()
+    s0 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), s0)
+    full = _assert_restart_bitwise(system, method, s0, dt, 400, 100)
+    assert set(full.method_state) == {"momentum", "momentum_lo"}
+    # momentum_lo is the rounding error of the state's momentum: at most half an ulp
+    mu = np.asarray(jax.tree_util.tree_leaves(full.final_state)[-1])
+    lo = np.asarray(full.method_state["momentum_lo"])
+    assert np.all(np.abs(lo) <= np.spacing(np.abs(mu)) / 2)
+    # through .npz: the method state round-trips bitwise
+    loaded, _, _ = gj.load_solution(full.save(tmp_path / "run.npz"), state_template=s0)
+    for key, value in full.method_state.items():
+        np.testing.assert_array_equal(np.asarray(loaded.method_state[key]), np.asarray(value))
+
+
+def test_method_state_errors_name_the_argument():
+    system, method, s0, dt = CASES["LGVI free body"]()
+    s32 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), s0)
+    good = {"momentum": s32.Pi, "momentum_lo": jnp.zeros(3, jnp.float32)}
+    with pytest.raises(ValueError, match="'method_state'.*expected nothing"):
+        gj.simulate(system, method, s0, dt, 4, method_state=good)  # float64: no compensation
+    with pytest.raises(ValueError, match="'method_state'.*expected"):
+        gj.simulate(system, method, s32, dt, 4, method_state={"momentum": s32.Pi})
+    with pytest.raises(ValueError, match="'method_state' does not belong to state0"):
+        gj.simulate(system, method, s32, dt, 4, method_state={**good, "momentum": s32.Pi + 1e-3})
+    with pytest.raises(ValueError, match="'method_state' cannot be combined with 'adjoint'"):
+        gj.simulate(system, method, s32, dt, 4, method_state=good, adjoint=gj.ReversibleAdjoint())
 
 
 def test_continued_run_with_save_every_1_and_controls():
