@@ -236,7 +236,8 @@ def restart_case(steps, rows):
     from step to step, and the seed recomputed from the loaded state differed from the carried
     one in the last bit (continued at step 5e4 of 1e5: 9.2e-143 at the end, measured);
     ``simulate`` now rebuilds such a carry from the state at every saved block, in the loop
-    (``AbstractMethod.carry_beyond_state``)."""
+    (``AbstractMethod.carry_beyond_state``).  The float32 LGVI carries a compensated momentum
+    whose low part is not in the state: it continues from ``Solution.method_state``."""
     half = steps // 2
     save = steps // 10  # 10 blocks uninterrupted, 5 in each part
     rb = gj.RigidBody(jnp.array([0.9, 1.0, 0.4]))
@@ -246,6 +247,9 @@ def restart_case(steps, rows):
          gj.RigidBodyState(gj.SO3.exp(jnp.array([0.4, 1.0, -0.3])), jnp.array([0.2, -0.4, 3.0])), 0.01),
         ("sleigh", sleigh, gj.NonholonomicVI(), sleigh.state(0.0, 0.0, 0.3, omega=1.0, v=0.5), 0.01),
     ]  # fmt: skip
+    # float32: the LGVI's compensated momentum continues from Solution.method_state
+    cases.append(("free body float32", rb, gj.LGVI(),
+                  jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), cases[0][3]), 0.01))  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for name, system, method, s0, dt in cases:
             full = gj.simulate(system, method, s0, dt, steps, save_every=save)
@@ -253,7 +257,7 @@ def restart_case(steps, rows):
             path = first.save(Path(tmp) / f"{name}.npz", system=system)
             loaded, system2, _ = gj.load_solution(path, system, state_template=s0)
             cont = gj.simulate(system2, method, loaded.final_state, dt, half, save_every=save,
-                               t0=loaded.ts[-1])  # fmt: skip
+                               t0=loaded.ts[-1], method_state=loaded.method_state)  # fmt: skip
             # the second half of the uninterrupted run's saved times and states against the
             # continued run's (its first entry is the loaded state itself)
             k = len(cont.ts)
