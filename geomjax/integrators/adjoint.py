@@ -626,7 +626,16 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         u_shape,
     )
     handover = sol_shapes is not None
-    inv = _split_invariant(static, params, dt, x_shape, u_shape, t_shape, need_dt, sol_shapes)
+    # a hand-written VJP of the step where the method has one for this system and dtype
+    # (method.step_vjp: the free-body SO(3) LGVI), else JAX's VJP of the (split) step
+    manual = method.step_vjp(system, dtype) if handover else None
+    if manual is not None:
+        m_params, m_vjp = manual
+        need_p = bool(jax.tree_util.tree_leaves(params))
+        p_vals = m_params(eqx.combine(params, static)[0])
+        inv = None
+    else:
+        inv = _split_invariant(static, params, dt, x_shape, u_shape, t_shape, need_dt, sol_shapes)
     if inv is not None:
         residuals = inv.known(params, dt)
         res_d = tuple(residuals[i] for i in inv.diff)
@@ -634,7 +643,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     # a composition: its backward step runs stage by stage with the base method (reverse stage,
     # VJP of the stage), so the base step's split and scalar state apply (whole-step VJP of the
     # scan over stages: 8.5x the forward run, Composition(LGVI, "yoshida4"), batch 1024)
-    stages = _composition_stages(method)
+    stages = None if manual is not None else _composition_stages(method)
     if stages is not None:
         # (Composition.base works on the partitioned halves too)
         b_static, b_params = (static[0], static[1].base), (params[0], params[1].base)
@@ -658,7 +667,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             res_d = tuple(residuals[i] for i in inv.diff)
 
     def to_ct(a):
-        return a if inv is None else _to_scalars(a)
+        return a if inv is None and manual is None else _to_scalars(a)
 
     # measured faster in float64 only (see _packed_carry)
     packer = method if stages is None else stages[0]
@@ -733,6 +742,18 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_p = jax.tree_util.tree_map(jnp.add, ct_p, ct_pk)
         return (x0, t0_, ct_x0, ct_t0, ct_p, ct_dt + ct_dtk), ct_u
 
+    def one_step_manual(c, u):
+        # reverse step, then the method's hand-written VJP of the step at the rebuilt state
+        x1, t1, ct_x, ct_t, ct_r, ct_dt = c
+        x0, sols = reverse(x1, t1, u)
+        ct_x0, ct_rk, ct_h, ct_u = m_vjp(p_vals, x0, sols, dt, u, ct_x.entries, need_p, need_dt)
+        if need_p:
+            ct_r = tuple(a + b for a, b in zip(ct_r, ct_rk))
+        if need_dt:  # t_{k+1} = t_k + dt
+            ct_dt = ct_dt + ct_h + ct_t
+        ct_u = jnp.stack(ct_u) if need_u else None
+        return (x0, t1 - dt, _Scalars(tuple(ct_x0), ct_x.shape), ct_t, ct_r, ct_dt), ct_u
+
     def one_step_stages(c, u):
         # a composed step backwards: its stages in reverse order, one residual set for all
         def stage(sc, gamma):
@@ -756,6 +777,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_x = jax.tree_util.tree_map(jnp.add, ct_x, to_ct(ct_to_carry(s_end, ct_end)))
         ct_t = ct_t + ct_t_end
         body = one_step if inv is None else one_step_hoisted
+        if manual is not None:
+            body = one_step_manual
         if stages is not None:
             body = one_step_stages  # (its stage loop packs, see one_step_stages)
         carry, ct_us = _scan_maybe_packed(
@@ -774,7 +797,11 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     c0 = (
         to_ct(jax.tree_util.tree_map(jnp.zeros_like, x_shape)),
         jnp.zeros((), dtype),
-        jax.tree_util.tree_map(jnp.zeros_like, params if inv is None else res_d),
+        (
+            (tuple(map(jnp.zeros_like, p_vals)) if need_p else ())
+            if manual is not None
+            else jax.tree_util.tree_map(jnp.zeros_like, params if inv is None else res_d)
+        ),
         jnp.zeros((), dtype),
         jnp.zeros((), dtype),
     )
@@ -800,7 +827,11 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     ct_controls = None
     if need_u:
         ct_controls = jax.tree_util.tree_map(lambda a, u: jnp.reshape(a, u.shape), ct_us, controls)
-    if stages is not None:  # pulled back to the base method's parameters, once
+    if manual is not None:  # the accumulated cotangents of the step's parameters, pulled back once
+        ct_r = ct_p if need_p else tuple(map(jnp.zeros_like, p_vals))
+        _, vjp_p = jax.vjp(lambda p: m_params(eqx.combine(p, static)[0]), params)
+        (ct_p,) = vjp_p(ct_r)
+    elif stages is not None:  # pulled back to the base method's parameters, once
         _, vjp_known = jax.vjp(lambda p: tuple(inv.known(p, dt)[i] for i in inv.diff), b_params)
         (ct_b,) = vjp_known(ct_p)
         # the method's cotangent has the composition's structure (its arrays are the base's)

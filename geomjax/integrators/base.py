@@ -84,6 +84,24 @@ class AbstractMethod(eqx.Module):
         (:func:`~geomjax.integrators.newton.replay_solutions`)."""
         return None
 
+    def step_vjp(self, system, dtype):
+        """A hand-written vector–Jacobian product of :meth:`advance` for
+        :class:`geomjax.ReversibleAdjoint`'s backward step, or ``None`` (the default: JAX's VJP
+        of the step).  Where given, a pair ``(parameters, vjp)``:
+
+        * ``parameters(system) -> tuple``: the parameter values the step reads (e.g. the
+          entries of the inertia), pulled back to the system's arrays once per backward pass;
+        * ``vjp(values, carry, solutions, dt, control, ct_next, need_params, need_dt) ->
+          (ct_carry, ct_values, ct_dt, ct_control)``: the cotangents of the step from
+          ``carry`` (whose implicit solves have the roots ``solutions``, from
+          :meth:`forward_solutions`) for the cotangent ``ct_next`` of the next carry, all as
+          tuples of scalars (``ct_values``/``ct_dt`` may be None where not needed,
+          ``ct_control`` None without a control).
+
+        It must equal the VJP of :meth:`advance` to round-off for this ``system`` and ``dtype``
+        (decided statically; the LGVI's SO(3) free body)."""
+        return None
+
     def supports(self, system) -> bool:
         """Static check used by :func:`geomjax.simulate` to give a clear error."""
         return True

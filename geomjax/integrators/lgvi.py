@@ -219,6 +219,35 @@ class LGVI(AbstractMethod):
         # (tau(-x) = tau(x)^{-1} for the Cayley map and exp): xi' = xi_k
         return list(reverse_solutions)
 
+    def step_vjp(self, system, dtype):
+        # the hand-written VJP of the SO(3) Cayley step (soa.lgvi_step_vjp) where it is the
+        # whole step: no potential, no force, uncompensated, no Björck step, no in-step check
+        if not (
+            self._fast(system)
+            and self.on_failure == "report"
+            and not system.has_potential
+            and getattr(system, "force", None) is None
+            and not self._compensated(dtype)
+            and not needs_reorthonormalization(self.reorthonormalize, dtype)
+        ):
+            return None
+        principal = getattr(system, "principal_axes", False)
+
+        def parameters(system):
+            return soa.inertia_entries(system.inertia_matrix(), principal)
+
+        def vjp(I, carry, solutions, dt, control, ct_next, need_params, need_dt):
+            R, Pi = soa.split(carry)
+            (x,) = solutions
+            u = None if control is None else soa.as_tuple3(control)
+            h = jnp.asarray(dt, soa.carry_dtype(carry))
+            ct_R, ct_Pi, ct_I, ct_h, ct_u = soa.lgvi_step_vjp(
+                I, R, Pi, soa.as_tuple3(x), h, u, ct_next[:9], ct_next[9:12], need_params, need_dt
+            )
+            return (*ct_R, *ct_Pi), ct_I, ct_h, ct_u
+
+        return parameters, vjp
+
     def _fast(self, system) -> bool:
         return isinstance(system.group, SpecialOrthogonal3) and self.retraction == "cayley"
 
