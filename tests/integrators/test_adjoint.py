@@ -465,7 +465,6 @@ def test_discrete_euler_lagrange_gradients_equal_plain_reverse_mode(case):
         _assert_matches_central_differences(lambda q: loss(q, args[1], None), args[0], b[0])
 
 
-
 def _free_body_loss(adjoint, inertia_key, steps, batched):
     """A terminal loss of free rigid bodies (LGVI, SO(3) Cayley path: the step's hand-written
     VJP under ReversibleAdjoint), as a function of the initial momenta (a batch under vmap, or
@@ -555,7 +554,8 @@ def test_free_body_hand_written_vjp_matches_central_differences(monkeypatch):
     rng = np.random.default_rng(0)
     v = jax.tree.map(lambda a: rng.standard_normal(np.shape(a)), x)
     eps = 1e-6
-    f = [float(vg(*jax.tree.map(lambda a, d: a + t * d, x, v))[0]) for t in (eps, -eps)]
+    shift = lambda t: jax.tree.map(lambda a, d: a + t * d, x, v)  # noqa: E731
+    f = [float(vg(*shift(t))[0]) for t in (eps, -eps)]
     fd = (f[0] - f[1]) / (2 * eps)
     dot = sum(float(np.vdot(a, d)) for a, d in zip(jax.tree.leaves(g), jax.tree.leaves(v)))
     assert abs(dot - fd) <= 1e-6 * max(1.0, abs(fd)), (dot, fd)
