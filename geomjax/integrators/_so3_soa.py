@@ -534,12 +534,12 @@ def potential_force(system, R):
     return (A(1, 2) - A(2, 1), A(2, 0) - A(0, 2), A(0, 1) - A(1, 0))
 
 
-def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False):
+def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False, K=None, c=None):
     """Hand-written vector–Jacobian product of the free-body SO(3) Cayley LGVI step (the
     kernel of ``LGVI._advance_so3`` with a control and no potential or force, uncompensated,
     without the Björck step) at ``(R, Pi)``, whose step solves the discrete Legendre transform
     with ``x`` (:func:`cayley_residual` ``= 0``).  The same numbers as JAX's VJP of the step
-    to round-off, in about 330 scalar operations per step.
+    to round-off, in about 300 scalar operations (principal moments, no control).
 
     The step, with ``b = Pi + h/2 u``, ``w = h x``, ``c = 4/(4 + |w|²)`` and
     ``K = cay(w) − 1 = c (hat(w) + hat(w)²/2)`` (:func:`cay_increment`):
@@ -563,13 +563,17 @@ def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False):
     ``ū = h/2 (b̄ + Π̄1)`` and ``Π̄ = b̄``.
 
     Arguments are tuples of scalars (``I``: 3 principal moments or 9 entries row-major, ``R``:
-    9 row-major, ``u``: 3 or None).  Returns ``(R̄ (9), Π̄ (3), Ī (3 or 9), h̄, ū (3))``;
-    ``Ī``/``h̄`` are None unless ``need_I``/``need_h``, ``ū`` None without a control."""
+    9 row-major, ``u``: 3 or None); ``K`` and ``c``: the increment and ``c`` if the caller
+    has them (the reverse step's, transposed: ``cay(−w) = cay(w)^T``), else computed from
+    ``w``.  Returns ``(R̄ (9), Π̄ (3), Ī (3 or 9), h̄, ū (3))``; ``Ī``/``h̄`` are None unless
+    ``need_I``/``need_h``, ``ū`` None without a control."""
     hh, q = 0.5 * h, 0.25 * h * h
     b = Pi if u is None else tuple(Pi[i] + hh * u[i] for i in range(3))
     w = tuple(h * xi for xi in x)
-    c = 4.0 / (4.0 + dot(w, w))
-    K = cay_increment(w, c)
+    if c is None:
+        c = 4.0 / (4.0 + dot(w, w))
+    if K is None:
+        K = cay_increment(w, c)
     gR, gP = ct_R1, ct_Pi1
     # R1 = R + R K, Pi1 = b + K^T b (+ h/2 u)
     ct_R = tuple(
@@ -583,22 +587,21 @@ def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False):
         for k in range(3)
         for j in range(3)
     )
-    # K = c (hat(w) + hat(w)²/2), c = 4/(4 + |w|²)
+    # K = c (W + W²/2), W = hat(w), W² = w w^T − |w|² 1: with S = sym(P), a = vee(P − P^T),
+    # <W, P> = w·a, <W², P> = w·S w − |w|² tr P; w̄ = c (S w + a − (tr P + <K, P>/2) w)
     tr = P[0] + P[4] + P[8]
-    kp = sum(K[i] * P[i] for i in range(9))
-    a = (P[7] - P[5], P[2] - P[6], P[3] - P[1])
-    ct_w = tuple(
-        c
-        * (
-            P[4 * i] * w[i]
-            + sum(0.5 * (P[3 * i + j] + P[3 * j + i]) * w[j] for j in range(3) if j != i)
-            - tr * w[i]
-            + a[i]
-        )
-        - 0.5 * c * kp * w[i]
-        for i in range(3)
+    q01, q02, q12 = 0.5 * (P[1] + P[3]), 0.5 * (P[2] + P[6]), 0.5 * (P[5] + P[7])
+    Sw = (
+        P[0] * w[0] + q01 * w[1] + q02 * w[2],
+        q01 * w[0] + P[4] * w[1] + q12 * w[2],
+        q02 * w[0] + q12 * w[1] + P[8] * w[2],
     )
-    ct_x = tuple(h * g for g in ct_w)
+    a = (P[7] - P[5], P[2] - P[6], P[3] - P[1])
+    kp = c * (dot(w, a) + 0.5 * (dot(w, Sw) - dot(w, w) * tr))
+    s = tr + 0.5 * kp
+    g = tuple(Sw[i] + a[i] - s * w[i] for i in range(3))  # w̄ = c g
+    hc = h * c
+    ct_x = tuple(hc * g[i] for i in range(3))
     # implicit function theorem on psi (docstring): J^T lam = ct_x
     y = inertia_apply(I, x)
     n2 = dot(x, x)
@@ -629,10 +632,10 @@ def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False):
     if need_h:
         xb = cross(x, b)
         hn = hh * n2
-        ct_h = dot(x, ct_w) - sum(lam[i] * (hn * y[i] + 0.5 * xb[i]) for i in range(3))
+        ct_h = c * dot(x, g) - sum(lam[i] * (hn * y[i] + 0.5 * xb[i]) for i in range(3))
     if u is not None:
-        s = tuple(ct_b[i] + gP[i] for i in range(3))
-        ct_u = tuple(hh * s[i] for i in range(3))
+        sb = tuple(ct_b[i] + gP[i] for i in range(3))
+        ct_u = tuple(hh * sb[i] for i in range(3))
         if need_h:
-            ct_h = ct_h + 0.5 * dot(u, s)
+            ct_h = ct_h + 0.5 * dot(u, sb)
     return ct_R, ct_b, ct_I, ct_h, ct_u

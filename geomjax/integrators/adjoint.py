@@ -626,11 +626,11 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         u_shape,
     )
     handover = sol_shapes is not None
-    # a hand-written VJP of the step where the method has one for this system and dtype
-    # (method.step_vjp: the free-body SO(3) LGVI), else JAX's VJP of the (split) step
-    manual = method.step_vjp(system, dtype) if handover else None
+    # a hand-written backward step where the method has one for this system and dtype
+    # (method.backward_step: the free-body SO(3) LGVI), else the reverse step and JAX's VJP
+    manual = method.backward_step(system, dtype)
     if manual is not None:
-        m_params, m_vjp = manual
+        m_params, m_backward = manual
         need_p = bool(jax.tree_util.tree_leaves(params))
         p_vals = m_params(eqx.combine(params, static)[0])
         inv = None
@@ -743,10 +743,9 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         return (x0, t0_, ct_x0, ct_t0, ct_p, ct_dt + ct_dtk), ct_u
 
     def one_step_manual(c, u):
-        # reverse step, then the method's hand-written VJP of the step at the rebuilt state
+        # the method's reverse step and VJP of the step at the rebuilt state, by hand
         x1, t1, ct_x, ct_t, ct_r, ct_dt = c
-        x0, sols = reverse(x1, t1, u)
-        ct_x0, ct_rk, ct_h, ct_u = m_vjp(p_vals, x0, sols, dt, u, ct_x.entries, need_p, need_dt)
+        x0, ct_x0, ct_rk, ct_h, ct_u = m_backward(p_vals, x1, dt, u, ct_x.entries, need_p, need_dt)
         if need_p:
             ct_r = tuple(a + b for a, b in zip(ct_r, ct_rk))
         if need_dt:  # t_{k+1} = t_k + dt
