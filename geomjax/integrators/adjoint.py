@@ -102,8 +102,10 @@ the vector Newton solve (its reverse step is another solver), on_failure="raise"
 forward step's own residual check), other groups, compositions.  The gradients are those of
 the JAX path to round-off (free body, float64, batch 1024, 500 steps: 6e-15 relative).
 Measured (free body, float64, batch 1024, 500 steps, CPU time over the forward run, JAX path →
-hand-written, interleaved in one run, shared 2-core CPU, load 2.6–2.9): with respect to the
-momenta and the inertia 3.07× → 2.89×, the momenta only 3.13× → 2.85×.  What is left: the
+hand-written interleaved in each run, shared 2-core CPU, load 1.2–2.9): with respect to the
+momenta and the inertia 2.93–3.21× → 2.62–2.96× (5 runs, 0.18–0.55 less in each), the
+momenta only 3.00–3.13× → 2.79–3.13× (7 runs, 0.17–0.28 less in six, 0.06 more in one).
+What is left: the
 reconstruction alone (the cotangent passed through unchanged) is 2.0× the forward run, and
 XLA:CPU evaluates the rest inside the fused select chain that writes the packed carry
 (:func:`_packed_carry`), row by row: scalar code, where the forward step vectorizes over the
