@@ -570,8 +570,8 @@ def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False, K
     hh, q = 0.5 * h, 0.25 * h * h
     b = Pi if u is None else tuple(Pi[i] + hh * u[i] for i in range(3))
     w = tuple(h * xi for xi in x)
-    if c is None:
-        c = 4.0 / (4.0 + dot(w, w))
+    # (a given c with the derivative of 4/(4 + |w|²): a second derivative differentiates this)
+    c = 4.0 / (4.0 + dot(w, w)) if c is None else _cay_factor(w, c)
     if K is None:
         K = cay_increment(w, c)
     gR, gP = ct_R1, ct_Pi1

@@ -246,6 +246,11 @@ class LGVI(AbstractMethod):
             u = None if control is None else soa.as_tuple3(control)
             b = Pi1 if u is None else tuple(Pi1[i] + half * u[i] for i in range(3))
             x, factor = soa.cayley_guess(I, b, h, self.newton_iters, self.early_exit)
+            # as in _advance_so3: no iteration, the implicit-function-theorem derivatives of
+            # the root (a second derivative differentiates this backward step)
+            x, _ = newton_solve(
+                soa.cayley_residual, x, (I, b, h), iters=0, jac_solve=soa.cayley_jac_solve
+            )
             Kr = soa.cay_increment(tuple(h * xi for xi in x), factor)
             R0 = soa.matmul_increment(R1, Kr)
             Pi0 = soa.rotate_increment(Kr, b)

@@ -685,3 +685,25 @@ def test_free_body_hand_written_vjp_float32(monkeypatch):
     assert _rel(g32[0].astype(jnp.float64), g64[0]) < tol
     for name in g64[1]:
         assert _rel(g32[1][name].astype(jnp.float64), g64[1][name]) < tol, name
+
+
+@pytest.mark.long
+def test_free_body_hand_written_backward_step_second_derivatives():
+    """Reverse over reverse: the Hessian through ReversibleAdjoint differentiates its backward
+    pass, here the hand-written backward step (the root with its implicit-function-theorem
+    derivatives, the Cayley factor with the derivative of 4/(4 + |w|²)), against the Hessian of
+    the plain scan: observed <= 7e-16 relative, asserted 1e-10 (declared-zero tangents there
+    gave 0.56)."""
+    R = R0
+
+    def loss(x, adjoint):
+        pi0, moments = x[:3], x[3:]
+        s = gj.simulate(
+            gj.RigidBody(moments), gj.LGVI(), gj.RigidBodyState(R, pi0), 0.05, 10, adjoint=adjoint
+        ).final_state
+        return jnp.sum(s.Pi * jnp.array([0.3, -1.0, 0.7])) + jnp.sum(s.R[0] * s.R[2])
+
+    x = jnp.array([0.8, -0.3, 1.1, 1.0, 1.7, 2.4])
+    plain = jax.jit(jax.hessian(lambda x: loss(x, None)))(x)
+    rev = jax.jit(jax.jacrev(jax.grad(lambda x: loss(x, REV))))(x)
+    assert _rel(rev, plain) < 1e-10
