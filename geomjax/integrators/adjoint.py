@@ -42,8 +42,8 @@ case: what contracts forwards expands backwards.  Unconverged
 implicit solves are not symmetric: check ``Solution.max_residual`` as always.
 
 Cost: per step, one reverse step, one forward step (the linearization point) and its VJP (or
-the method's hand-written backward step, below); no trajectory is written or read.  The forward step does not solve again: the reverse step's
-implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
+the method's hand-written backward step, below); no trajectory is written or read.  The
+forward step does not solve again: the reverse step's implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
 ``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives ``ξ' = ξ_k``; NonholonomicVI's step velocity and
 its multipliers, exchanged), and the forward step replays them
 (:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton iterations, the implicit-
@@ -101,12 +101,13 @@ path: a potential (its torque's VJP), forces, the compensated float32 carry and 
 the vector Newton solve (its reverse step is another solver), on_failure="raise" (the
 forward step's own residual check), other groups, compositions.  The gradients are those of
 the JAX path to round-off (free body, float64, batch 1024, 500 steps: 6e-15 relative).
-Measured (free body, float64, batch 1024, 500 steps, CPU time over the forward run, JAX path →
-hand-written interleaved in each run, shared 2-core CPU, load 1.2–2.9): with respect to the
-momenta and the inertia 2.93–3.21× → 2.62–2.96× (5 runs, 0.18–0.55 less in each), the
-momenta only 3.00–3.13× → 2.79–3.13× (7 runs, 0.17–0.28 less in six, 0.06 more in one).
-What is left: the
-reconstruction alone (the cotangent passed through unchanged) is 2.0× the forward run, and
+It is differentiable like the JAX path (the root with its implicit-function-theorem
+derivatives), so reverse-over-reverse Hessians through the adjoint still hold.  Measured (free
+body, float64, batch 1024, 500 steps, CPU time over the forward run, JAX path → hand-written
+interleaved in each run, shared 2-core CPU, load 1.2–5.4): with respect to the momenta and
+the inertia 2.93–3.23× → 2.62–2.97× (6 runs, 0.18–0.55 less in each), the momenta only
+3.00–3.13× → 2.77–3.13× (8 runs, 0.17–0.28 less in seven, 0.06 more in one).  What is left:
+the reconstruction alone (the cotangent passed through unchanged) is 2.0× the forward run, and
 XLA:CPU evaluates the rest inside the fused select chain that writes the packed carry
 (:func:`_packed_carry`), row by row: scalar code, where the forward step vectorizes over the
 batch.  Tried and not adopted (with the inertia, each against the adopted form in the same
