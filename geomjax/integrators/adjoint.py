@@ -41,9 +41,9 @@ constrained systems (the Chaplygin sleigh's velocity relaxes onto an attractor) 
 case: what contracts forwards expands backwards.  Unconverged
 implicit solves are not symmetric: check ``Solution.max_residual`` as always.
 
-Cost: per step, one reverse step, one forward step (the linearization point) and its VJP; no
-trajectory is written or read.  The forward step does not solve again: the reverse step's
-implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
+Cost: per step, one reverse step, one forward step (the linearization point) and its VJP (or
+the method's hand-written backward step, below); no trajectory is written or read.  The
+forward step does not solve again: the reverse step's implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
 ``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives ``ξ' = ξ_k``; NonholonomicVI's step velocity and
 its multipliers, exchanged), and the forward step replays them
 (:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton iterations, the implicit-
@@ -86,6 +86,35 @@ unless said; figures from before the handover and before :mod:`geomjax._xla` unl
 * :class:`~geomjax.RigidBodySplitting`, batch 256: 19.9× → 6.1× the forward run once its
   sub-flows read the carry's entries directly (they sliced a vector rebuilt from it, whose
   transpose is a ``pad`` per entry: the whole VJP was recomputed per entry).
+
+Hand-written backward step.  Where the method has one for the system and dtype
+(:meth:`~geomjax.integrators.base.AbstractMethod.backward_step`), each backward step is the
+method's own reverse step and transposed step, written out on scalars, instead of the reverse
+step and JAX's VJP of the step.  The LGVI has it for the free body on the SO(3) Cayley path
+(scalar Legendre solve; open-loop controls allowed), uncompensated and without the Björck step
+(float64 by default; float32 with ``compensate=False, reorthonormalize=False``), with
+``on_failure="report"``: there the kernel is the whole step and its transpose is short
+(:func:`~geomjax.integrators._so3_soa.lgvi_step_vjp`: the implicit function theorem on the
+Cayley residual times ``1 − h/2 hat(ξ)``, whose Jacobian is cheaper; the reverse step's
+rotation increment and Cayley factor reused, transposed).  Every other case keeps the JAX
+path: a potential (its torque's VJP), forces, the compensated float32 carry and the Björck step,
+the vector Newton solve (its reverse step is another solver), on_failure="raise" (the
+forward step's own residual check), other groups, compositions.  The gradients are those of
+the JAX path to round-off (free body, float64, batch 1024, 500 steps: 6e-15 relative).
+It is differentiable like the JAX path (the root with its implicit-function-theorem
+derivatives), so reverse-over-reverse Hessians through the adjoint still hold.  Measured (free
+body, float64, batch 1024, 500 steps, CPU time over the forward run, JAX path → hand-written
+interleaved in each run, shared 2-core CPU, load 1.2–5.4): with respect to the momenta and
+the inertia 2.93–3.23× → 2.62–2.97× (6 runs, 0.18–0.55 less in each), the momenta only
+3.00–3.13× → 2.77–3.13× (8 runs, 0.17–0.28 less in seven, 0.06 more in one).  What is left:
+the reconstruction alone (the cotangent passed through unchanged) is 2.0× the forward run, and
+XLA:CPU evaluates the rest inside the fused select chain that writes the packed carry
+(:func:`_packed_carry`), row by row: scalar code, where the forward step vectorizes over the
+batch.  Tried and not adopted (with the inertia, each against the adopted form in the same
+run): ending the transposed step's intermediate values in vectorized loops of their own (a
+division by a runtime 1) 3.94× against 3.04× (more loops, more memory traffic); the unpacked
+carry 3.78× against 3.05×; the implicit function theorem on the Cayley residual itself 2.94×
+against 2.87×.
 
 A :class:`~geomjax.Composition` is reversed stage by stage: its step is the base step with
 ``γ_i h`` at ``t + (γ_1 + … + γ_{i−1}) h``, so the backward step is a reverse scan over the stages,
@@ -632,7 +661,16 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         u_shape,
     )
     handover = sol_shapes is not None
-    inv = _split_invariant(static, params, dt, x_shape, u_shape, t_shape, need_dt, sol_shapes)
+    # a hand-written backward step where the method has one for this system and dtype
+    # (method.backward_step: the free-body SO(3) LGVI), else the reverse step and JAX's VJP
+    manual = method.backward_step(system, dtype)
+    if manual is not None:
+        m_params, m_backward = manual
+        need_p = bool(jax.tree_util.tree_leaves(params))
+        p_vals = m_params(eqx.combine(params, static)[0])
+        inv = None
+    else:
+        inv = _split_invariant(static, params, dt, x_shape, u_shape, t_shape, need_dt, sol_shapes)
     if inv is not None:
         residuals = inv.known(params, dt)
         res_d = tuple(residuals[i] for i in inv.diff)
@@ -640,7 +678,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     # a composition: its backward step runs stage by stage with the base method (reverse stage,
     # VJP of the stage), so the base step's split and scalar state apply (whole-step VJP of the
     # scan over stages: 8.5x the forward run, Composition(LGVI, "yoshida4"), batch 1024)
-    stages = _composition_stages(method)
+    stages = None if manual is not None else _composition_stages(method)
     if stages is not None:
         # (Composition.base works on the partitioned halves too)
         b_static, b_params = (static[0], static[1].base), (params[0], params[1].base)
@@ -664,7 +702,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             res_d = tuple(residuals[i] for i in inv.diff)
 
     def to_ct(a):
-        return a if inv is None else _to_scalars(a)
+        return a if inv is None and manual is None else _to_scalars(a)
 
     # measured faster in float64 only (see _packed_carry)
     packer = method if stages is None else stages[0]
@@ -739,6 +777,17 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_p = jax.tree_util.tree_map(jnp.add, ct_p, ct_pk)
         return (x0, t0_, ct_x0, ct_t0, ct_p, ct_dt + ct_dtk), ct_u
 
+    def one_step_manual(c, u):
+        # the method's reverse step and VJP of the step at the rebuilt state, by hand
+        x1, t1, ct_x, ct_t, ct_r, ct_dt = c
+        x0, ct_x0, ct_rk, ct_h, ct_u = m_backward(p_vals, x1, dt, u, ct_x.entries, need_p, need_dt)
+        if need_p:
+            ct_r = tuple(a + b for a, b in zip(ct_r, ct_rk))
+        if need_dt:  # t_{k+1} = t_k + dt
+            ct_dt = ct_dt + ct_h + ct_t
+        ct_u = jnp.stack(ct_u) if need_u else None
+        return (x0, t1 - dt, _Scalars(tuple(ct_x0), ct_x.shape), ct_t, ct_r, ct_dt), ct_u
+
     def one_step_stages(c, u):
         # a composed step backwards: its stages in reverse order, one residual set for all
         def stage(sc, gamma):
@@ -762,6 +811,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         ct_x = jax.tree_util.tree_map(jnp.add, ct_x, to_ct(ct_to_carry(s_end, ct_end)))
         ct_t = ct_t + ct_t_end
         body = one_step if inv is None else one_step_hoisted
+        if manual is not None:
+            body = one_step_manual
         if stages is not None:
             body = one_step_stages  # (its stage loop packs, see one_step_stages)
         carry, ct_us = _scan_maybe_packed(
@@ -780,7 +831,11 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     c0 = (
         to_ct(jax.tree_util.tree_map(jnp.zeros_like, x_shape)),
         jnp.zeros((), dtype),
-        jax.tree_util.tree_map(jnp.zeros_like, params if inv is None else res_d),
+        (
+            (tuple(map(jnp.zeros_like, p_vals)) if need_p else ())
+            if manual is not None
+            else jax.tree_util.tree_map(jnp.zeros_like, params if inv is None else res_d)
+        ),
         jnp.zeros((), dtype),
         jnp.zeros((), dtype),
     )
@@ -806,7 +861,11 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     ct_controls = None
     if need_u:
         ct_controls = jax.tree_util.tree_map(lambda a, u: jnp.reshape(a, u.shape), ct_us, controls)
-    if stages is not None:  # pulled back to the base method's parameters, once
+    if manual is not None:  # the accumulated cotangents of the step's parameters, pulled back once
+        ct_r = ct_p if need_p else tuple(map(jnp.zeros_like, p_vals))
+        _, vjp_p = jax.vjp(lambda p: m_params(eqx.combine(p, static)[0]), params)
+        (ct_p,) = vjp_p(ct_r)
+    elif stages is not None:  # pulled back to the base method's parameters, once
         _, vjp_known = jax.vjp(lambda p: tuple(inv.known(p, dt)[i] for i in inv.diff), b_params)
         (ct_b,) = vjp_known(ct_p)
         # the method's cotangent has the composition's structure (its arrays are the base's)

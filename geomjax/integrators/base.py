@@ -99,6 +99,26 @@ class AbstractMethod(eqx.Module):
         (:func:`~geomjax.integrators.newton.replay_solutions`)."""
         return None
 
+    def backward_step(self, system, dtype):
+        """A hand-written backward step for :class:`geomjax.ReversibleAdjoint`, or ``None``
+        (the default: the reverse step, then JAX's VJP of :meth:`advance`).  Where given, a
+        pair ``(parameters, backward)``:
+
+        * ``parameters(system) -> tuple``: the parameter values the step reads (e.g. the
+          entries of the inertia); their cotangents are summed over the steps and pulled back
+          to the system's arrays once per backward pass;
+        * ``backward(values, carry, dt, control, ct_carry, need_params, need_dt) -> (previous
+          carry, its cotangent, ct_values, ct_dt, ct_control)``: from ``x_{k+1}`` (``carry``)
+          the reverse step ``x_k = Φ_{−h}(x_{k+1})``, as :meth:`advance` with ``−dt``
+          computes it, and the vector–Jacobian product of ``Φ_h`` at ``x_k`` for the
+          cotangent ``ct_carry`` of ``x_{k+1}`` (the carry's entries as a tuple of scalars;
+          ``ct_values``/``ct_dt`` None where not needed, ``ct_control`` None without a
+          control).
+
+        Both must equal those of :meth:`advance` to round-off for this ``system`` and
+        ``dtype``, decided statically (the LGVI's SO(3) free body)."""
+        return None
+
     def supports(self, system) -> bool:
         """Static check used by :func:`geomjax.simulate` to give a clear error."""
         return True

@@ -220,6 +220,53 @@ class LGVI(AbstractMethod):
         # (tau(-x) = tau(x)^{-1} for the Cayley map and exp): xi' = xi_k
         return list(reverse_solutions)
 
+    def backward_step(self, system, dtype):
+        # hand-written where the fast path's step is the whole step: the SO(3) Cayley scalar
+        # solve with no potential, no force, uncompensated, no Björck step, no in-step check
+        # (AbstractMethod.backward_step; the other cases keep JAX's VJP of the step)
+        if not (
+            self._fast(system)
+            and self.legendre_solve == "scalar"
+            and self.on_failure == "report"
+            and not system.has_potential
+            and getattr(system, "force", None) is None
+            and not self._compensated(dtype)
+            and not needs_reorthonormalization(self.reorthonormalize, dtype)
+        ):
+            return None
+        principal = getattr(system, "principal_axes", False)
+
+        def parameters(system):
+            return soa.inertia_entries(system.inertia_matrix(), principal)
+
+        def backward(I, carry, dt, control, ct_next, need_params, need_dt):
+            # the reverse step: _advance_so3's operations with step -dt
+            R1, Pi1 = soa.split(carry)
+            h = jnp.asarray(-dt, soa.carry_dtype(carry))
+            half = 0.5 * h
+            u = None if control is None else soa.as_tuple3(control)
+            b = Pi1 if u is None else tuple(Pi1[i] + half * u[i] for i in range(3))
+            x, factor = soa.cayley_guess(I, b, h, self.newton_iters, self.early_exit)
+            # as in _advance_so3: no iteration, the implicit-function-theorem derivatives of
+            # the root (a second derivative differentiates this backward step)
+            x, _ = newton_solve(
+                soa.cayley_residual, x, (I, b, h), iters=0, jac_solve=soa.cayley_jac_solve
+            )
+            Kr = soa.cay_increment(tuple(h * xi for xi in x), factor)
+            R0 = soa.matmul_increment(R1, Kr)
+            Pi0 = soa.rotate_increment(Kr, b)
+            if u is not None:
+                Pi0 = tuple(Pi0[i] + half * u[i] for i in range(3))
+            # the forward step from (R0, Pi0) solves for the same x (forward_solutions), and
+            # its increment is Kr^T (cay(-w) = cay(w)^T)
+            K = tuple(Kr[3 * j + i] for i in range(3) for j in range(3))
+            ct_R, ct_Pi, ct_I, ct_h, ct_u = soa.lgvi_step_vjp(
+                I, R0, Pi0, x, -h, u, ct_next[:9], ct_next[9:12], need_params, need_dt, K, factor
+            )
+            return soa.join(R0, Pi0), (*ct_R, *ct_Pi), ct_I, ct_h, ct_u
+
+        return parameters, backward
+
     def _fast(self, system) -> bool:
         return isinstance(system.group, SpecialOrthogonal3) and self.retraction == "cayley"
 
