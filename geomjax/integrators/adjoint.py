@@ -106,7 +106,8 @@ derivatives), so reverse-over-reverse Hessians through the adjoint still hold.  
 body, float64, batch 1024, 500 steps, CPU time over the forward run, JAX path → hand-written
 interleaved in each run, shared 2-core CPU, load 1.2–5.4): with respect to the momenta and
 the inertia 2.93–3.23× → 2.62–2.97× (6 runs, 0.18–0.55 less in each), the momenta only
-3.00–3.13× → 2.77–3.13× (8 runs, 0.17–0.28 less in seven, 0.06 more in one).  What is left:
+3.00–3.13× → 2.77–3.13× (8 runs, 0.17–0.28 less in seven, 0.06 more in one); on the idle
+machine 2.93–3.22× → 2.71–2.81× (3 runs) and 2.86–3.02× → 2.63–2.72× (2 runs).  What is left:
 the reconstruction alone (the cotangent passed through unchanged) is 2.0× the forward run, and
 XLA:CPU evaluates the rest inside the fused select chain that writes the packed carry
 (:func:`_packed_carry`), row by row: scalar code, where the forward step vectorizes over the
