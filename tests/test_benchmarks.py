@@ -48,6 +48,7 @@ def test_common_helpers(tmp_path, monkeypatch, capsys):
     assert common.fast_mode(["--fast"]) and not common.fast_mode([])
 
 
+@pytest.mark.long  # ~6-8 s of compilation: the long tier (make test-full)
 def test_machine_info_and_bandwidth_helpers(monkeypatch):
     # every benchmark JSON says where it ran: backend, devices, precision, versions
     import jax

@@ -110,9 +110,16 @@ def test_every_page_with_code_has_a_check():
     assert with_code <= set(CHECKS) | {"index.md"}, with_code - set(CHECKS)
 
 
-# pages whose examples run for ~15 s or more (optimizations, phase computations): the long tier,
-# with the notebooks (make test-full; CI runs both tiers)
-LONG_PAGES = {"control.md", "base-controlled.md"}
+# pages whose examples run for ~5 s or more (optimizations, phase computations, integrations):
+# the long tier, with the notebooks (make test-full; CI runs both tiers); the getting-started and
+# Lie-group pages stay in the default tier
+LONG_PAGES = {
+    "control.md",
+    "base-controlled.md",
+    "variational.md",
+    "geometry.md",
+    "nonholonomic.md",
+}
 
 
 @pytest.mark.parametrize(

@@ -198,6 +198,7 @@ def test_gradients_match_central_differences():
             )
 
 
+@pytest.mark.long  # ~6-8 s of compilation: the long tier (make test-full)
 def test_checkpointed_gradient_equals_plain():
     p = _params0()
 

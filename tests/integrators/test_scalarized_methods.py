@@ -74,6 +74,7 @@ def test_del_and_rattle():
     _agree(a.final_state, b.final_state)
 
 
+@pytest.mark.long  # ~6-8 s of compilation: the long tier (make test-full)
 def test_reconstruction_lgvi():
     rec, s0 = gyrostat_reconstruction()
     a, b = _both(

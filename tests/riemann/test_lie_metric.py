@@ -175,6 +175,7 @@ def test_errors():
         L.euler_poincare(np.ones(3))
 
 
+@pytest.mark.long  # ~6-8 s of compilation: the long tier (make test-full)
 def test_coordinate_geodesic_matches_the_lgvi():
     """The LGVI (a discrete Euler–Poincaré flow with its own code path, second order) lands on the
     geodesic computed here from the coordinate Christoffel symbols, to its O(dt²) error."""

@@ -199,6 +199,7 @@ def test_float32_run():
     assert abs(float(jnp.max(jnp.abs(E - E[0]))) - float(de64)) < 1e-4
 
 
+@pytest.mark.long  # ~6-8 s of compilation: the long tier (make test-full)
 def test_frame_singular_along_the_path():
     """A symmetric rotation about the body x axis from θ = 0.3 drives the Euler angles into
     gimbal lock (θ = 0.3 − t): the run stops at the node θ ≈ 0 with an error naming 'frame'

@@ -106,6 +106,7 @@ class Gravity(eqx.Module):
         return self.g * q[2]
 
 
+@pytest.mark.long  # ~6-8 s of compilation: the long tier (make test-full)
 def test_gradients_match_finite_differences():
     """d z(T)/d g0 and d/d(initial momentum) through RATTLE (IFT) vs central differences."""
     con = lambda q: jnp.array([0.5 * (q @ q - 1.0)])  # noqa: E731
