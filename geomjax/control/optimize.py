@@ -176,7 +176,15 @@ def _build_step(loss, static, opt, extra_args, reuse=False):
     earlier, quieter run of the reuse alone), the same iterates."""
 
     def f_of_z(z, diff):
-        return loss(_combine(_retract(z, diff), static))
+        value = loss(_combine(_retract(z, diff), static))
+        # checked while tracing (free): JAX's own error would speak of "scalar-output functions"
+        shape = getattr(value, "shape", None)
+        if shape != () or not jnp.issubdtype(getattr(value, "dtype", None), jnp.floating):
+            raise ValueError(
+                "optimize: argument 'loss' must return a real scalar (shape ()), got "
+                + (f"shape {shape}, dtype {value.dtype}" if shape is not None else type(value).__name__)
+            )
+        return value
 
     def step(diff, opt_state):
         z0 = _lift(diff)

@@ -110,6 +110,14 @@ def test_bad_inputs_raise_value_error():
         optimize(lambda p: jnp.sum(p**2), jnp.ones(2), optimizer="sgd!")
     with pytest.raises(ValueError, match="L-BFGS"):
         optimize(lambda p: jnp.sum(p.g), GroupParam(jnp.eye(3), SO3), optimizer="lbfgs")
+    # a loss that is not a real scalar: the error names 'loss' (not JAX's "scalar-output")
+    for loss in (lambda p: p**2, lambda p: jnp.sum(p, keepdims=True), lambda p: (jnp.sum(p), 0.0)):
+        with pytest.raises(ValueError, match="'loss' must return a real scalar"):
+            optimize(loss, jnp.ones(2), steps=2, progress=False)
+    with pytest.raises(ValueError, match="'loss' must return a real scalar"):
+        optimize_restarts(
+            lambda p: p**2, lambda k: jnp.ones(2), jax.random.PRNGKey(0), 2, progress=False
+        )
 
 
 # --- losses ---------------------------------------------------------------------------------------

@@ -1,0 +1,164 @@
+"""Small, fast checks of the trajectory-optimization solvers (3–4 nodes, explicit dynamics, so
+each program compiles in seconds): what each part of DDP / iLQR / MPC / the implicit derivative
+computes, each against an independent quantity —
+
+* one DDP iteration on one node is Newton's step on the exact Hessian of the cost (autodiff of
+  the rollout cost in the controls); iLQR's Gauss–Newton step is not;
+* the feedforward of the last node solves ``Q_uu k = −Q_u`` with the exact second derivative of
+  the cost in the last control;
+* first-order optimality (KKT) of a bounded optimum by central finite differences;
+* the implicit derivative of the optimum against central differences of re-solved problems;
+* MPC's warm start: the plan after each control step against direct solves from the same
+  states, shifted by hand.
+
+The long tier runs the same properties at full size (test_trajopt.py, test_sensitivity.py,
+test_mpc.py)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from geomjax.control.examples import SemiImplicitEuler, attitude_problem
+from geomjax.control.mpc import MPC, _retarget, run_mpc
+from geomjax.control.sensitivity import solve_ocp_implicit
+from geomjax.control.trajopt import DDP, ILQR, solve_ocp
+
+# no regularization: the steps are the unregularized Newton / Gauss–Newton steps
+NOREG = dict(reg_init=0.0, reg_min=0.0)
+
+
+class _Exact(eqx.Module):
+    """A least-squares cost as a plain scalar function: the solvers then use its exact Hessian
+    (for a :class:`ResidualCost` they use the Gauss–Newton one, as crocoddyl does)."""
+
+    cost: eqx.Module
+
+    def __call__(self, *args):
+        return self.cost(*args)
+
+
+def _exact(problem):
+    return eqx.tree_at(lambda p: p.terminal_cost, problem, _Exact(problem.terminal_cost))
+
+
+def _problem(steps, torque_max=None, angle=1.0):
+    return attitude_problem(
+        torque_max=torque_max,
+        exact_target=False,
+        steps=steps,
+        duration=0.5 * steps,
+        method=SemiImplicitEuler(),  # explicit: the cheapest second derivatives to compile
+        weight=10.0,
+        angle=angle,
+    )
+
+
+def _rollout_cost(problem):
+    return lambda u: problem.cost(problem.rollout(u), u)
+
+
+US0 = jnp.array([[0.3, -0.2, 0.4]])
+
+
+def test_one_node_ddp_iteration_is_the_newton_step():
+    prob = _exact(_problem(1))
+    J = _rollout_cost(prob)
+    g = jax.grad(J)(US0).reshape(-1)
+    H = jax.hessian(J)(US0).reshape(3, 3)
+    newton = US0.reshape(-1) - np.linalg.solve(np.asarray(H), np.asarray(g))
+    assert float(J(newton.reshape(1, 3))) < float(J(US0))  # a full step that the search accepts
+    ddp = solve_ocp(prob, DDP(**NOREG), US0, max_iters=1, progress=False)
+    assert float(ddp.history["step"][0]) == 1.0
+    np.testing.assert_allclose(np.asarray(ddp.us).reshape(-1), newton, rtol=1e-11, atol=1e-13)
+    # iLQR drops the dynamics' curvature: a different (Gauss–Newton) step
+    ilqr = solve_ocp(prob, ILQR(**NOREG), US0, max_iters=1, progress=False)
+    assert np.max(np.abs(np.asarray(ilqr.us).reshape(-1) - newton)) > 1e-5
+
+
+def test_last_node_feedforward_uses_the_exact_second_derivative():
+    prob = _exact(_problem(3))
+    us = jnp.array([[0.3, -0.2, 0.4], [0.1, 0.2, -0.1], [-0.2, 0.1, 0.3]])
+    J = _rollout_cost(prob)
+    g = jax.grad(J)(us)[-1]
+    H = jax.hessian(J)(us)[-1, :, -1, :]  # ∂²J/∂u_{N−1}²
+    sol = solve_ocp(prob, DDP(**NOREG), us, max_iters=1, progress=False)
+    k = np.asarray(sol.k[-1])  # the feedforward of the first backward pass: −Q_uu⁻¹ Q_u
+    np.testing.assert_allclose(np.asarray(H) @ k, -np.asarray(g), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("solver", [ILQR(), DDP()])
+def test_bounded_optimum_kkt_by_finite_differences(solver):
+    limit = 0.15
+    prob = _problem(3, torque_max=limit)
+    sol = solve_ocp(prob, solver, max_iters=100, progress=False)
+    assert sol.stop_reason == "converged", sol.message
+    us = np.asarray(sol.us)
+    assert us.max() <= limit and us.min() >= -limit
+    at_hi, at_lo = us == limit, us == -limit
+    assert at_hi.sum() + at_lo.sum() >= 1, "the bound should be active"
+    J = jax.jit(_rollout_cost(prob))
+    eps = 1e-6
+    g = np.zeros_like(us)
+    for idx in np.ndindex(us.shape):
+        e = np.zeros_like(us)
+        e[idx] = eps
+        g[idx] = (float(J(jnp.asarray(us + e))) - float(J(jnp.asarray(us - e)))) / (2 * eps)
+    scale = np.abs(g).max()
+    free = ~(at_hi | at_lo)
+    assert np.abs(g[free]).max() <= 1e-4 * scale  # stationary in the free controls
+    # active bounds hold with multipliers of the right sign (the cost wants to leave the box)
+    assert np.all(g[at_hi] < 0) and np.all(g[at_lo] > 0)
+    assert np.abs(g[at_hi | at_lo]).min() > 1e-3 * scale
+
+
+def test_implicit_derivative_of_the_optimum_matches_finite_differences():
+    solver = ILQR(tol=1e-20)  # stops on its last quadratic step: control error ~1e-12
+
+    def solve(angle, implicit):
+        prob = _problem(3, torque_max=50.0, angle=angle)  # bounds never active
+        if implicit:
+            return solve_ocp_implicit(prob, solver, max_iters=100)
+        return solve_ocp(prob, solver, max_iters=100, progress=False)
+
+    a = 1.0
+    sol = solve(jnp.asarray(a), False)
+    assert sol.stop_reason == "converged", sol.message
+    dcost = jax.grad(lambda x: solve(x, True).cost)(jnp.asarray(a))
+    dus = jax.jacrev(lambda x: solve(x, True).us)(jnp.asarray(a))
+    h = 1e-4
+    plus, minus = solve(jnp.asarray(a + h), False), solve(jnp.asarray(a - h), False)
+    fd_cost = (float(plus.cost) - float(minus.cost)) / (2 * h)
+    fd_us = (np.asarray(plus.us) - np.asarray(minus.us)) / (2 * h)
+    np.testing.assert_allclose(float(dcost), fd_cost, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(dus), fd_us, atol=1e-6 * np.abs(fd_us).max())
+    assert np.abs(fd_us).max() > 1e-2  # the optimum moves with the target
+
+
+def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
+    """Two control steps of run_mpc (model = plant) against two direct solves: the first from
+    the initial state and guess, the second from the state it reached, warm-started with the
+    first plan shifted by one node by hand (ū_1, …, ū_{N−1}, ū_{N−1})."""
+    horizon, iters = 3, 2
+    prob = _problem(horizon, torque_max=0.8)
+    us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
+    ctrl = MPC(ILQR(), iterations=iters)
+    res = run_mpc(prob, steps=2, controller=ctrl, us=us0)
+
+    def shift(us):
+        return jnp.concatenate([us[1:], us[-1:]])
+
+    first = solve_ocp(_retarget(prob, prob.state0, 0.0), ILQR(), us0, max_iters=iters)
+    np.testing.assert_allclose(np.asarray(res.controls[0]), np.asarray(first.us[0]), atol=1e-14)
+    x1 = jax.tree_util.tree_map(lambda a: a[1], res.states)
+    x1_direct = prob.step(prob.state0, first.us[0], 0.0)
+    np.testing.assert_allclose(np.asarray(x1.Pi), np.asarray(x1_direct.Pi), atol=1e-14)
+    second = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), shift(first.us), max_iters=iters)
+    np.testing.assert_allclose(np.asarray(res.controls[1]), np.asarray(second.us[0]), atol=1e-13)
+    np.testing.assert_allclose(np.asarray(res.plan), np.asarray(shift(second.us)), atol=1e-13)
+    # the warm start matters: from no guess or from the unshifted plan, another control
+    cold = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), None, max_iters=iters)
+    unshifted = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), first.us, max_iters=iters)
+    for other in (cold, unshifted):
+        assert np.max(np.abs(np.asarray(other.us[0] - second.us[0]))) > 1e-6
