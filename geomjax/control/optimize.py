@@ -182,7 +182,11 @@ def _build_step(loss, static, opt, extra_args, reuse=False):
         if shape != () or not jnp.issubdtype(getattr(value, "dtype", None), jnp.floating):
             raise ValueError(
                 "optimize: argument 'loss' must return a real scalar (shape ()), got "
-                + (f"shape {shape}, dtype {value.dtype}" if shape is not None else type(value).__name__)
+                + (
+                    f"shape {shape}, dtype {value.dtype}"
+                    if shape is not None
+                    else type(value).__name__
+                )
             )
         return value
 
