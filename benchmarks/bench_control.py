@@ -158,8 +158,8 @@ def run_one(name, prob, loss, final_error, iters):
     return {
         "example": name,
         "compile_s": res.compile_time,
-        "iters": res.n_iter,
-        "iters_per_s": (res.n_iter - 1) / run_time if run_time > 0 else None,
+        "iters": res.iterations,
+        "iters_per_s": (res.iterations - 1) / run_time if run_time > 0 else None,
         "final_loss": res.loss,
         "final_error_rad": err,
         "reached": bool(err < REACH),

@@ -93,13 +93,13 @@ def crocoddyl_quadrotor(bounded=False):
 def _timed_solve(prob, solver, max_iters, repeats=5):
     t0 = time.perf_counter()
     sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
-    jax.block_until_ready(sol.us)
+    jax.block_until_ready(sol.controls)
     compile_s = time.perf_counter() - t0
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
-        jax.block_until_ready(sol.us)
+        jax.block_until_ready(sol.controls)
         walls.append(time.perf_counter() - t0)
     return sol, compile_s - min(walls), min(walls)
 
@@ -176,10 +176,10 @@ def attitude_rows(fast):
             solver="L-BFGS shooting (penalty bounds)",
             status=res.stop_reason,
             cost=float(res.loss),
-            iterations=res.n_iter,
+            iterations=res.iterations,
             compile_s=res.compile_time,
             wall_s=wall,
-            per_iter_ms=1e3 * wall / max(res.n_iter, 1),
+            per_iter_ms=1e3 * wall / max(res.iterations, 1),
         )
     )
     return rows
@@ -197,18 +197,18 @@ def batch_rows(fast):
 
     batched = jax.jit(jax.vmap(one))
     single = jax.jit(one)
-    jax.block_until_ready(batched(angles).us)
-    jax.block_until_ready(single(angles[0]).us)
+    jax.block_until_ready(batched(angles).controls)
+    jax.block_until_ready(single(angles[0]).controls)
     t0 = time.perf_counter()
     out = batched(angles)
-    jax.block_until_ready(out.us)
+    jax.block_until_ready(out.controls)
     wb = time.perf_counter() - t0
     n_serial = min(B, 32)
     t0 = time.perf_counter()
     for a in angles[:n_serial]:
-        jax.block_until_ready(single(a).us)
+        jax.block_until_ready(single(a).controls)
     ws = (time.perf_counter() - t0) / n_serial
-    ok = int(np.sum(np.asarray(out.result) == 0))
+    ok = int(np.sum(np.asarray(out.status) == 0))
     return [
         dict(mode=f"vmap batch {B}", problems_per_s=B / wb, converged=f"{ok}/{B}"),
         dict(mode="one after another", problems_per_s=1 / ws, converged="-"),

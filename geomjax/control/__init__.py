@@ -41,6 +41,8 @@ from .sensitivity import solve_ocp_implicit
 from .trajopt import (
     DDP,
     ILQR,
+    AbstractDDPSolver,
+    AbstractOCPSolver,
     Actuated,
     AugmentedLagrangian,
     EuclideanChart,
@@ -55,6 +57,8 @@ __all__ = [
     "DDP",
     "ILQR",
     "MPC",
+    "AbstractDDPSolver",
+    "AbstractOCPSolver",
     "AbstractPath",
     "AbstractTimeLaw",
     "Actuated",

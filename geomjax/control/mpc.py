@@ -30,17 +30,11 @@ import numpy as np
 
 from ..integrators.base import AbstractMethod
 from ..integrators.simulate import ConvergenceError
-from .trajopt import (
-    _MESSAGES,
-    _REASONS,
-    ILQR,
-    SUCCESSFUL,
-    AbstractDDPSolver,
-    OptimalControlProblem,
-    ResidualCost,
-    _WrappedMethod,
-    solve_ocp,
-)
+from .status import MESSAGES as _MESSAGES
+from .status import REASONS as _REASONS
+from .status import SUCCESSFUL
+from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
+from .trajopt.problem import _WrappedMethod
 
 __all__ = ["MPC", "MPCResult", "run_mpc"]
 
@@ -85,8 +79,9 @@ class MPCResult(eqx.Module):
         controls: applied controls ``(steps, m)`` (the solver's first control, inside the bounds;
             the disturbance is not included).
         error: ``(steps + 1,)`` tracking error of the plant state (see :func:`run_mpc`).
-        result: ``(steps,)`` status code of each solve (``0`` converged, ``1`` iteration cap
-            reached, as :attr:`~geomjax.control.trajopt.OCPSolution.result`).
+        status: ``(steps,)`` status code of each solve (``0`` converged, ``1`` iteration cap
+            reached, as :attr:`~geomjax.control.trajopt.OCPSolution.status`;
+            :mod:`geomjax.control.status`).
         cost: ``(steps,)`` model cost of each step's plan (predicted cost-to-go).
         iterations: ``(steps,)`` solver iterations of each step.
         plan: controls ``(N, m)`` of the last solve (the warm start of a continued run).
@@ -96,7 +91,7 @@ class MPCResult(eqx.Module):
     states: Any
     controls: jax.Array
     error: jax.Array
-    result: jax.Array
+    status: jax.Array
     cost: jax.Array
     iterations: jax.Array
     plan: jax.Array
@@ -104,23 +99,23 @@ class MPCResult(eqx.Module):
     @property
     def stop_reasons(self) -> list[str]:
         """Status of each step's solve (eager only): ``"converged"``, ``"max_iters"``, …"""
-        return [_REASONS[int(r)] for r in np.asarray(self.result).reshape(-1)]
+        return [_REASONS[int(r)] for r in np.asarray(self.status).reshape(-1)]
 
     @property
     def converged(self):
         """``(steps,)`` whether each step's solve met the solver's tolerance."""
-        return self.result == SUCCESSFUL
+        return self.status == SUCCESSFUL
 
     @property
     def failed(self):
         """``(steps,)`` whether a step's solve broke down (regularization limit or non-finite
         values; a capped but descending solve is not a failure)."""
-        return self.result > 1
+        return self.status > 1
 
     def check(self) -> MPCResult:
         """Raise :class:`geomjax.integrators.simulate.ConvergenceError` if a step's solve broke
         down (eager only; a solve stopped by the iteration cap is normal in MPC)."""
-        r = np.asarray(self.result)
+        r = np.asarray(self.status)
         bad = r > 1
         if bad.any():
             j = np.unravel_index(int(np.argmax(bad)), r.shape)
@@ -237,11 +232,11 @@ def _run(problem, controller, plant_system, plant_method, x0, us, disturbance, e
         x, plan = carry
         t = dt * j.astype(dtype)
         sol = solve_ocp(_retarget(problem, x, t), solver, plan, max_iters=controller.iterations)
-        u = sol.us[0]
+        u = sol.controls[0]
         d = jnp.zeros((m,), dtype) if disturbance is None else disturbance(t).astype(dtype)
         x1 = plant_method.step(plant_system, x, dt, u + d, t)[0]
-        plan1 = jnp.concatenate([sol.us[1:], sol.us[-1:]])
-        return (x1, plan1), (x, u, error(t, x), sol.result, sol.cost, sol.iterations)
+        plan1 = jnp.concatenate([sol.controls[1:], sol.controls[-1:]])
+        return (x1, plan1), (x, u, error(t, x), sol.status, sol.cost, sol.iterations)
 
     (xN, plan), (xs, u, err, res, cost, its) = jax.lax.scan(
         body, (x0, us), jnp.arange(steps, dtype=jnp.int32)

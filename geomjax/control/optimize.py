@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from ..lie import LieGroup
+from .status import OPTIMIZE_STATUS
 
 __all__ = ["GroupParam", "OptimizeResult", "optimize", "optimize_restarts"]
 
@@ -93,8 +94,9 @@ class OptimizeResult:
             gradient norm at the iterate before the update; ``time`` cumulative wall seconds, the
             first iteration including compilation).  With restarts, ``loss``/``grad_norm`` are
             ``(iterations, restarts)``.
-        n_iter: iterations run.
-        stop_reason: ``"steps"``, ``"target"``, ``"gtol"``, ``"patience"`` or ``"nonfinite"``.
+        iterations: iterations run.
+        stop_reason: ``"max_iters"``, ``"target"``, ``"gtol"``, ``"patience"`` or ``"nonfinite"``
+            (:mod:`geomjax.control.status`; :attr:`status` is its code).
         compile_time: wall seconds of the first iteration (compile + one update; about one
             update when the step was compiled by an earlier call with the same loss and shapes).
             The progress bar starts after it and shows it in its description.
@@ -106,11 +108,17 @@ class OptimizeResult:
     params: object
     loss: float
     history: dict
-    n_iter: int
+    iterations: int
     stop_reason: str
     compile_time: float
     arrays: dict = dataclasses.field(default_factory=dict)
     restart_losses: np.ndarray | None = None
+
+    @property
+    def status(self) -> int:
+        """The status code of :attr:`stop_reason` (:mod:`geomjax.control.status`: 0 converged —
+        target, gtol or patience —, 1 iteration cap, 3 non-finite)."""
+        return OPTIMIZE_STATUS[self.stop_reason]
 
 
 @functools.cache
@@ -349,7 +357,7 @@ def _loop(
     bar = None  # created after the first iteration, which compiles (its ETA would be minutes)
     losses, gnorms, times = [], [], []
     best_val, best_diff, since_best = np.inf, diff, 0
-    reason, compile_time = "steps", 0.0
+    reason, compile_time = "max_iters", 0.0
     t0 = time.perf_counter()
     try:
         if reuse:
@@ -409,7 +417,7 @@ def _final_values(step, diff, opt_state, reuse, reason, history):
     history ends with."""
     if not reuse:
         return step(diff, opt_state)[2]
-    return opt_state[1] if reason == "steps" else history["loss"][-1]
+    return opt_state[1] if reason == "max_iters" else history["loss"][-1]
 
 
 def optimize(

@@ -111,20 +111,22 @@ def solve_ocp_implicit(
     us=None,
     *,
     max_iters: int = 100,
+    progress: bool | None = None,
 ) -> OCPSolution:
     """:func:`~geomjax.control.trajopt.solve_ocp`, differentiable (reverse mode: ``jax.grad``,
     ``jax.vjp``, ``jax.jacrev``) with respect to every floating array of ``problem`` by implicit
     differentiation of the optimality conditions at the returned solution (see the module
-    docstring): ``us``, ``xs`` and ``cost`` of the returned
+    docstring): ``controls``, ``states`` and ``cost`` of the returned
     :class:`~geomjax.control.trajopt.OCPSolution` carry the derivatives; the solver's own
     iterations are not differentiated.
 
     Unconstrained and box-constrained problems (``lower ≤ u ≤ upper``) with :class:`ILQR` /
     :class:`DDP` (default).  The derivatives are those of the exact optimum: valid when the solve
-    converged (check :attr:`~geomjax.control.trajopt.OCPSolution.result`; a tight ``tol`` gives
+    converged (check :attr:`~geomjax.control.trajopt.OCPSolution.status`; a tight ``tol`` gives
     accurate derivatives) to a strict local minimum with strict complementarity at the active
     bounds (the active set is then locally constant).  A singular optimality system raises (via
-    ``equinox.error_if``) on the backward pass instead of returning NaN."""
+    ``equinox.error_if``) on the backward pass instead of returning NaN.  ``progress``: as
+    :func:`~geomjax.control.trajopt.solve_ocp`'s."""
     if not isinstance(problem, OptimalControlProblem):
         raise ValueError(
             "solve_ocp_implicit: argument 'problem' must be an OptimalControlProblem, got "
@@ -138,9 +140,9 @@ def solve_ocp_implicit(
         )
     dyn, static = eqx.partition(problem, eqx.is_inexact_array)
     frozen = eqx.combine(jax.lax.stop_gradient(dyn), static)
-    sol = solve_ocp(frozen, solver, us, max_iters=max_iters)
-    u = jax.lax.stop_gradient(sol.us)
+    sol = solve_ocp(frozen, solver, us, max_iters=max_iters, progress=progress)
+    u = jax.lax.stop_gradient(sol.controls)
     at_lo, at_hi = u <= frozen.lower, u >= frozen.upper
     u = _optimal_controls(dyn, static, u, at_lo, at_hi)
     xs, cost = _rollout_cost(problem, u)
-    return eqx.tree_at(lambda s: (s.xs, s.us, s.cost), sol, (xs, u, cost))
+    return eqx.tree_at(lambda s: (s.states, s.controls, s.cost), sol, (xs, u, cost))

@@ -156,7 +156,7 @@ def test_adam_quadratic_history_and_early_stopping():
     loss = lambda p: jnp.sum((p["x"] - 3.0) ** 2) + (p["y"] + 1.0) ** 2  # noqa: E731
     p0 = {"x": jnp.zeros(3), "y": jnp.zeros(())}
     res = optimize(loss, p0, optax.adam(0.1), steps=400, progress=False)
-    assert res.n_iter == 400 and res.stop_reason == "steps"
+    assert res.iterations == 400 and res.stop_reason == "max_iters"
     np.testing.assert_allclose(res.params["x"], 3.0, atol=1e-3)
     h = res.history
     assert h["loss"].shape == h["grad_norm"].shape == h["time"].shape == (400,)
@@ -164,9 +164,9 @@ def test_adam_quadratic_history_and_early_stopping():
     # the recorded gradient norm is that of the first iterate: |2(0 - 3)|·√3 and |2(0+1)|
     np.testing.assert_allclose(h["grad_norm"][0], math.sqrt(3 * 36 + 4), rtol=1e-12)
     res_t = optimize(loss, p0, optax.adam(0.1), steps=400, progress=False, target=1e-2)
-    assert res_t.stop_reason == "target" and res_t.n_iter < 400 and res_t.loss <= 1e-2
+    assert res_t.stop_reason == "target" and res_t.iterations < 400 and res_t.loss <= 1e-2
     res_p = optimize(loss, p0, optax.sgd(0.0), steps=100, progress=False, patience=5)
-    assert res_p.stop_reason == "patience" and res_p.n_iter == 6
+    assert res_p.stop_reason == "patience" and res_p.iterations == 6
     out = optimize(loss, p0, steps=3, progress=True, export=lambda p: {"x": p["x"]})
     assert isinstance(out.arrays["x"], np.ndarray)
 
@@ -226,7 +226,7 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
     np.testing.assert_allclose(res.params, iterates[best], rtol=1e-10, atol=1e-12)
     # an early stop: the result is an evaluated iterate
     res_t = optimize(f, x0, "lbfgs", steps=n, progress=False, target=values[4])
-    assert res_t.stop_reason == "target" and res_t.n_iter == 5
+    assert res_t.stop_reason == "target" and res_t.iterations == 5
     np.testing.assert_allclose(res_t.loss, values[4], rtol=1e-12)
     # batched restarts with L-BFGS: each restart is the same loop
     keys = jax.random.split(jax.random.PRNGKey(3), 3)

@@ -67,7 +67,7 @@ def closed_loop():
                 STEPS,
                 Constant(d),
                 controller=MPC(ILQR(), iterations=2),
-                us=plan.us,
+                us=plan.controls,
             )
         )(disturbances)
 
@@ -103,7 +103,7 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     x_target = gj.RigidBodyState(target, jnp.zeros(3))
 
     # the open-loop optimal torques (then none) on the same plant with the same disturbance
-    u_open = jnp.concatenate([c["plan"].us, jnp.zeros((STEPS - H, 3))])
+    u_open = jnp.concatenate([c["plan"].controls, jnp.zeros((STEPS - H, 3))])
     xf_open = gj.simulate(c["plant"], c["method"], model.state0, DT, STEPS, controls=u_open + D)
     err_open_t = jax.vmap(lambda x: jnp.linalg.norm(model.terminal_cost.residual(x)))(
         xf_open.states
@@ -140,10 +140,10 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     # status: every step reported; warm-started from the converged plan the first solve converges;
     # during the manoeuvre two iterations do not reach the tolerance (reported as max_iters);
     # none broke down
-    assert res.result.shape == (2, STEPS) and res.iterations.shape == (2, STEPS)
+    assert res.status.shape == (2, STEPS) and res.iterations.shape == (2, STEPS)
     assert not np.asarray(res.failed).any()
-    assert np.all(np.asarray(res.result[:, 0]) == 0)
-    assert np.all(np.asarray(res.result[:, 1:10]) == 1)
+    assert np.all(np.asarray(res.status[:, 0]) == 0)
+    assert np.all(np.asarray(res.status[:, 1:10]) == 1)
     assert np.all(np.asarray(res.iterations) <= 2)
     assert np.all(np.isfinite(np.asarray(res.cost)))
 
@@ -237,7 +237,7 @@ def test_float32_closed_loop_matches_float64(closed_loop):
         STEPS,
         Constant(D.astype(jnp.float32)),
         controller=MPC(ILQR(), iterations=2),
-        us=plan.us,
+        us=plan.controls,
     )
     assert res.controls.dtype == jnp.float32
     assert not np.asarray(res.failed).any()

@@ -52,7 +52,7 @@ def test_implicit_derivatives_match_finite_differences_and_envelope(case):
     assert sol.stop_reason == "converged", sol.message
     plain = solve_ocp(_problem(theta), SOLVER, max_iters=100)  # the same optimum, undifferentiated
     np.testing.assert_allclose(float(cost), float(plain.cost), rtol=1e-13)
-    us, vjp = jax.vjp(lambda th: solve(th).us, theta)
+    us, vjp = jax.vjp(lambda th: solve(th).controls, theta)
     # d(controls)/dθ row by row (the backward pass is compiled once)
     dus = np.stack([np.asarray(vjp(e.reshape(us.shape))[0]) for e in jnp.eye(us.size)])
     dus = dus.reshape(*us.shape, theta.size)
@@ -69,10 +69,10 @@ def test_implicit_derivatives_match_finite_differences_and_envelope(case):
         # the active set is locally constant (strict complementarity)
         lim_p, lim_m = (th_np + e)[5], (th_np - e)[5]
         np.testing.assert_array_equal(
-            np.abs(np.asarray(plus.us)) >= lim_p, np.abs(np.asarray(minus.us)) >= lim_m
+            np.abs(np.asarray(plus.controls)) >= lim_p, np.abs(np.asarray(minus.controls)) >= lim_m
         )
         fd_cost.append((float(plus.cost) - float(minus.cost)) / (2 * h[i]))
-        fd_us.append((np.asarray(plus.us) - np.asarray(minus.us)) / (2 * h[i]))
+        fd_us.append((np.asarray(plus.controls) - np.asarray(minus.controls)) / (2 * h[i]))
     fd_cost, fd_us = np.array(fd_cost), np.stack(fd_us, -1)
 
     # FD truncation ~h² |J'''| ~1e-8 relative, solver error / h ~1e-8 (measured ≤ 5e-10): 1e-6
@@ -80,12 +80,12 @@ def test_implicit_derivatives_match_finite_differences_and_envelope(case):
     np.testing.assert_allclose(np.asarray(dcost), fd_cost, rtol=0, atol=1e-6 * scale)
     np.testing.assert_allclose(dus, fd_us, rtol=0, atol=1e-6 * np.abs(fd_us).max())
     if not bounded:
-        assert np.abs(np.asarray(sol.us)).max() < 0.1 * LIMITS[case]
+        assert np.abs(np.asarray(sol.controls)).max() < 0.1 * LIMITS[case]
         assert np.all(dus[..., 5] == 0) and float(dcost[5]) == 0.0
 
     # envelope theorem: dJ*/dθ = ∂L/∂θ at the optimum, u held fixed; for the limit b the
     # multipliers enter, ∂L/∂b = Σ_upper ∂J/∂u − Σ_lower ∂J/∂u (upper = b, lower = −b)
-    u_star = jax.lax.stop_gradient(sol.us)
+    u_star = jax.lax.stop_gradient(sol.controls)
 
     def J(th, u):  # the cost of the rollout (the compiled program of solve_ocp_implicit's)
         return _rollout_cost(_problem(th), u)[1]

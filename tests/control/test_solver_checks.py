@@ -71,10 +71,10 @@ def test_one_node_ddp_iteration_is_the_newton_step():
     assert float(J(newton.reshape(1, 3))) < float(J(US0))  # a full step that the search accepts
     ddp = solve_ocp(prob, DDP(**NOREG), US0, max_iters=1, progress=False)
     assert float(ddp.history["step"][0]) == 1.0
-    np.testing.assert_allclose(np.asarray(ddp.us).reshape(-1), newton, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(ddp.controls).reshape(-1), newton, rtol=1e-11, atol=1e-13)
     # iLQR drops the dynamics' curvature: a different (Gauss–Newton) step
     ilqr = solve_ocp(prob, ILQR(**NOREG), US0, max_iters=1, progress=False)
-    assert np.max(np.abs(np.asarray(ilqr.us).reshape(-1) - newton)) > 1e-5
+    assert np.max(np.abs(np.asarray(ilqr.controls).reshape(-1) - newton)) > 1e-5
 
 
 def test_last_node_feedforward_uses_the_exact_second_derivative():
@@ -94,7 +94,7 @@ def test_bounded_optimum_kkt_by_finite_differences(solver):
     prob = _problem(3, torque_max=limit)
     sol = solve_ocp(prob, solver, max_iters=100, progress=False)
     assert sol.stop_reason == "converged", sol.message
-    us = np.asarray(sol.us)
+    us = np.asarray(sol.controls)
     assert us.max() <= limit and us.min() >= -limit
     at_hi, at_lo = us == limit, us == -limit
     assert at_hi.sum() + at_lo.sum() >= 1, "the bound should be active"
@@ -126,11 +126,11 @@ def test_implicit_derivative_of_the_optimum_matches_finite_differences():
     sol = solve(jnp.asarray(a), False)
     assert sol.stop_reason == "converged", sol.message
     dcost = jax.grad(lambda x: solve(x, True).cost)(jnp.asarray(a))
-    dus = jax.jacrev(lambda x: solve(x, True).us)(jnp.asarray(a))
+    dus = jax.jacrev(lambda x: solve(x, True).controls)(jnp.asarray(a))
     h = 1e-4
     plus, minus = solve(jnp.asarray(a + h), False), solve(jnp.asarray(a - h), False)
     fd_cost = (float(plus.cost) - float(minus.cost)) / (2 * h)
-    fd_us = (np.asarray(plus.us) - np.asarray(minus.us)) / (2 * h)
+    fd_us = (np.asarray(plus.controls) - np.asarray(minus.controls)) / (2 * h)
     np.testing.assert_allclose(float(dcost), fd_cost, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(dus), fd_us, atol=1e-6 * np.abs(fd_us).max())
     assert np.abs(fd_us).max() > 1e-2  # the optimum moves with the target
@@ -150,15 +150,19 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
         return jnp.concatenate([us[1:], us[-1:]])
 
     first = solve_ocp(_retarget(prob, prob.state0, 0.0), ILQR(), us0, max_iters=iters)
-    np.testing.assert_allclose(np.asarray(res.controls[0]), np.asarray(first.us[0]), atol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(res.controls[0]), np.asarray(first.controls[0]), atol=1e-14
+    )
     x1 = jax.tree_util.tree_map(lambda a: a[1], res.states)
-    x1_direct = prob.step(prob.state0, first.us[0], 0.0)
+    x1_direct = prob.step(prob.state0, first.controls[0], 0.0)
     np.testing.assert_allclose(np.asarray(x1.Pi), np.asarray(x1_direct.Pi), atol=1e-14)
-    second = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), shift(first.us), max_iters=iters)
-    np.testing.assert_allclose(np.asarray(res.controls[1]), np.asarray(second.us[0]), atol=1e-13)
-    np.testing.assert_allclose(np.asarray(res.plan), np.asarray(shift(second.us)), atol=1e-13)
+    second = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), shift(first.controls), max_iters=iters)
+    np.testing.assert_allclose(
+        np.asarray(res.controls[1]), np.asarray(second.controls[0]), atol=1e-13
+    )
+    np.testing.assert_allclose(np.asarray(res.plan), np.asarray(shift(second.controls)), atol=1e-13)
     # the warm start matters: from no guess or from the unshifted plan, another control
     cold = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), None, max_iters=iters)
-    unshifted = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), first.us, max_iters=iters)
+    unshifted = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), first.controls, max_iters=iters)
     for other in (cold, unshifted):
-        assert np.max(np.abs(np.asarray(other.us[0] - second.us[0]))) > 1e-6
+        assert np.max(np.abs(np.asarray(other.controls[0] - second.controls[0]))) > 1e-6

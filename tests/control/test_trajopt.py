@@ -83,11 +83,11 @@ def test_ilqr_ddp_and_lbfgs_agree_on_smooth_optimum():
     b = solve_ocp(prob, DDP(tol=1e-13), max_iters=100)
     assert a.stop_reason == "converged" and b.stop_reason == "converged"
     J = _rollout_cost(prob)
-    res = optimize(jax.jit(J), a.us * 0, "lbfgs", steps=400, gtol=1e-9, progress=False)
+    res = optimize(jax.jit(J), a.controls * 0, "lbfgs", steps=400, gtol=1e-9, progress=False)
     # the optimum is isolated and strongly convex in u (effort term): the three minimizers agree
     # to the solvers' tolerances (L-BFGS at |∇J| ≤ 1e-9)
-    np.testing.assert_allclose(a.us, b.us, atol=1e-5)
-    np.testing.assert_allclose(a.us, res.params, atol=1e-4)
+    np.testing.assert_allclose(a.controls, b.controls, atol=1e-5)
+    np.testing.assert_allclose(a.controls, res.params, atol=1e-4)
     np.testing.assert_allclose(float(a.cost), float(res.loss), rtol=1e-8)
     # DDP (exact Newton on the controls) needs no more iterations than Gauss–Newton iLQR
     assert int(b.iterations) <= int(a.iterations)
@@ -102,11 +102,11 @@ def test_bounds_exact_and_kkt_by_finite_differences(solver):
     )
     sol = solve_ocp(prob, solver, max_iters=200)
     assert sol.stop_reason == "converged", sol.message
-    us = np.asarray(sol.us)
+    us = np.asarray(sol.controls)
     assert us.max() <= 0.2 and us.min() >= -0.2  # exactly: the forward pass clips
     at_hi, at_lo = us == 0.2, us == -0.2
     assert at_hi.sum() + at_lo.sum() >= 2, "the bound should be active"
-    g = np.asarray(_fd_gradient(_rollout_cost(prob), sol.us))
+    g = np.asarray(_fd_gradient(_rollout_cost(prob), sol.controls))
     scale = np.abs(g).max()
     free = ~(at_hi | at_lo)
     # stationarity in the free directions: the stop test bounds the expected improvement by
@@ -129,7 +129,7 @@ def test_attitude_exact_target_lgvi_resimulated_by_dop853():
     sol = solve_ocp(prob, AugmentedLagrangian(inner=ILQR()), max_iters=20)
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6
-    us = np.asarray(sol.us)
+    us = np.asarray(sol.controls)
     assert np.abs(us).max() <= 0.8 and np.isclose(np.abs(us).max(), 0.8)
     R, _, w, _ = rigid_body_zoh(
         np.diag([1.0, 2.0, 3.0]), 1.0, np.eye(3), np.zeros(3), us, T / steps
@@ -150,12 +150,12 @@ def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
     prob = quadrotor_problem(bounded=True)
     sol = solve_ocp(prob, DDP(), max_iters=100)
     assert sol.stop_reason == "converged", sol.message
-    us = np.asarray(sol.us)
+    us = np.asarray(sol.controls)
     assert us.min() >= 0.1 and us.max() <= 5.0
     n = int(sol.iterations)
     costs = np.asarray(sol.history["cost"][:n])
     assert np.all(np.diff(costs) <= 1e-12 * costs[0])
-    g = np.asarray(sol.xs.g[-1])
+    g = np.asarray(sol.states.g[-1])
     # the terminal weight 3 against the running terms leaves the pose a few cm off (crocoddyl's
     # own solution is the same: cost ~5e-3)
     assert np.linalg.norm(g[:3, 3] - np.array([1.0, 0.0, 1.0])) <= 0.1
@@ -177,7 +177,7 @@ def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
         ts = jnp.arange(2 * us.shape[0]) * prob.dt / 2
         return jax.lax.scan(body, prob.state0, (jnp.repeat(us, 2, axis=0), ts))[0].g
 
-    g2 = np.asarray(half(sol.us))
+    g2 = np.asarray(half(sol.controls))
     err_h = np.linalg.norm(g[:3, 3] - x) + rotation_angle(R.T @ g[:3, :3])
     err_h2 = np.linalg.norm(g2[:3, 3] - x) + rotation_angle(R.T @ g2[:3, :3])
     est = np.linalg.norm(g[:3, 3] - g2[:3, 3]) + rotation_angle(g2[:3, :3].T @ g[:3, :3])
@@ -197,7 +197,7 @@ def test_float32_run():
         dtype=jnp.float32,
     )
     sol = solve_ocp(prob, ILQR(), max_iters=100)
-    assert sol.us.dtype == jnp.float32
+    assert sol.controls.dtype == jnp.float32
     assert sol.stop_reason == "converged", sol.message
     ref = solve_ocp(
         attitude_problem(
@@ -209,9 +209,9 @@ def test_float32_run():
     # float32 stops at an expected improvement of 1e-5 (1 + J): a control error up to
     # sqrt(2e-5 (1 + J) / λ_min(Q_uu)) with Q_uu ~ dt = 0.2, J ~ 1: ~1e-2 (measured 3e-3 near a
     # bound that switches); the cost is flat at the optimum (error quadratic in that)
-    np.testing.assert_allclose(np.asarray(sol.us), np.asarray(ref.us), atol=1e-2)
+    np.testing.assert_allclose(np.asarray(sol.controls), np.asarray(ref.controls), atol=1e-2)
     np.testing.assert_allclose(float(sol.cost), float(ref.cost), rtol=1e-4)
-    assert np.abs(np.asarray(sol.us)).max() <= np.float32(0.2)
+    assert np.abs(np.asarray(sol.controls)).max() <= np.float32(0.2)
 
 
 # --- bad input, status ---------------------------------------------------------------------------
@@ -297,9 +297,9 @@ def test_vmap_over_targets_matches_individual_solves():
         )
 
     batch = jax.jit(jax.vmap(one))(angles)
-    assert np.all(np.asarray(batch.result) == 0)
+    assert np.all(np.asarray(batch.status) == 0)
     assert np.all(np.isnan(np.asarray(batch.history["time"])))  # no host timing under jit
     single = one(angles[2])
-    np.testing.assert_allclose(batch.us[2], single.us, atol=1e-10)
+    np.testing.assert_allclose(batch.controls[2], single.controls, atol=1e-10)
     R = SO3.from_axis_angle(jnp.array([1.0, 2.0, -1.0]) / jnp.sqrt(6.0), angles[0])
-    assert rotation_angle(np.asarray(R).T @ np.asarray(batch.xs.R[0, -1])) < 0.1
+    assert rotation_angle(np.asarray(R).T @ np.asarray(batch.states.R[0, -1])) < 0.1

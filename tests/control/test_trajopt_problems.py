@@ -39,7 +39,7 @@ def _al(penalty, tol=1e-6):
 def _halved(make, sol):
     """States of the same zero-order-hold controls on half the step (twice the steps)."""
     prob2 = make(2)
-    return prob2.rollout(jnp.repeat(sol.us, 2, axis=0))
+    return prob2.rollout(jnp.repeat(sol.controls, 2, axis=0))
 
 
 def _order_checks(err_h, err_h2, order, est):
@@ -70,11 +70,11 @@ def test_rolling_ball_reaches_pose_resimulated_by_dop853(ball):
     prob, sol = ball
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6 and int(sol.iterations) <= 50
-    us, dt = np.asarray(sol.us), float(prob.dt)
+    us, dt = np.asarray(sol.controls), float(prob.dt)
     Rs, xs = rolling_ball_zoh(us, dt, 1.0, RATE)
-    R_h = np.swapaxes(np.asarray(sol.xs.g), -1, -2)  # the ball's attitude is g⁻¹
+    R_h = np.swapaxes(np.asarray(sol.states.g), -1, -2)  # the ball's attitude is g⁻¹
     # the contact point moves on exact segments: round-off only
-    np.testing.assert_allclose(np.asarray(sol.xs.b), xs, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(sol.states.b), xs, atol=1e-10)
     R_h2 = np.swapaxes(np.asarray(_halved(_ball, sol).g), -1, -2)[::2]
     err_h = max(rotation_angle(a.T @ b) for a, b in zip(R_h, Rs))
     err_h2 = max(rotation_angle(a.T @ b) for a, b in zip(R_h2, Rs))
@@ -118,10 +118,10 @@ def test_spacecraft_reoriented_resimulated_by_dop853(spacecraft):
     prob, sol = spacecraft
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6 and int(sol.iterations) <= 50
-    b = np.asarray(sol.xs.b)
+    b = np.asarray(sol.states.b)
     np.testing.assert_allclose(b[-1], b[0], atol=1e-6)  # the robot is back at its start
-    Rs = ball_in_ball_zoh(b[0], np.asarray(sol.us), float(prob.dt), 10.0, 1.0, 1.0, 0.2)
-    R_h = np.asarray(sol.xs.g[:, 0])
+    Rs = ball_in_ball_zoh(b[0], np.asarray(sol.controls), float(prob.dt), 10.0, 1.0, 1.0, 0.2)
+    R_h = np.asarray(sol.states.g[:, 0])
     R_h2 = np.asarray(_halved(_spacecraft, sol).g[::2, 0])
     err_h = max(rotation_angle(a.T @ c) for a, c in zip(R_h, Rs))
     err_h2 = max(rotation_angle(a.T @ c) for a, c in zip(R_h2, Rs))
@@ -149,11 +149,11 @@ def test_cartpole_swing_up_bounded_resimulated_by_dop853():
     sol = solve_ocp(prob, _al(1e4, tol=1e-4), max_iters=20, progress=False)
     assert sol.stop_reason == "converged", sol.message
     assert float(sol.violation) <= 1e-6 and int(sol.iterations) <= 50
-    us = np.asarray(sol.us)
+    us = np.asarray(sol.controls)
     assert np.abs(us).max() <= FMAX  # exactly: the forward pass clips
     assert np.sum(np.abs(us) == FMAX) >= 1, "the force bound should be active"
     q_ref, _ = cartpole_zoh(us, float(prob.dt), 1.0, 0.3, 0.5, 9.81)
-    q_h = np.asarray(sol.xs.q)
+    q_h = np.asarray(sol.states.q)
     q_h2 = np.asarray(_halved(_cartpole, sol).q[::2])
     err_h = np.abs(q_h - q_ref).max()
     err_h2 = np.abs(q_h2 - q_ref).max()

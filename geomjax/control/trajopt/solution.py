@@ -1,0 +1,98 @@
+"""What a solve returns: :class:`OCPSolution` and the status codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from ...integrators.simulate import ConvergenceError
+
+__all__ = ["OCPSolution"]
+
+
+from ..status import (  # noqa: F401  (the codes, re-exported for the solvers)
+    CONSTRAINTS,
+    MAX_ITERS,
+    NONFINITE,
+    REG_LIMIT,
+    SUCCESSFUL,
+)
+from ..status import (
+    MESSAGES as _MESSAGES,
+)
+from ..status import (
+    REASONS as _REASONS,
+)
+
+
+class OCPSolution(eqx.Module):
+    """Result of :func:`solve_ocp` (a pytree: it can leave ``jit``/``vmap``).
+
+    Attributes:
+        times: ``(steps + 1,)`` node times ``t_k = k·dt``.
+        states: states with a leading axis ``(steps + 1,)`` (the layout of ``Solution.states``).
+        controls: controls ``(steps, m)``.
+        K, k: feedback and feedforward gains of the last backward pass ``(steps, m, n)``,
+            ``(steps, m)`` (``u = ū + K (x ⊖ x̄)`` near the optimum).
+        cost: ``J`` at the solution (without constraint terms).
+        violation: largest constraint/bound violation.
+        status: status code (:mod:`geomjax.control.status`; see :attr:`stop_reason`,
+            :attr:`message`).
+        iterations: iterations run (inner iterations in total for :class:`AugmentedLagrangian`).
+        history: per-iteration arrays ``(max_iters,)``, NaN after the last: ``cost`` (before the
+            step, including the augmented-Lagrangian terms), ``gap`` (largest multiple-shooting
+            defect), ``reg``, ``step`` (accepted ``α``, 0 if none), ``stop`` (expected
+            improvement ``|d₁ + d₂/2|``), ``time`` (wall seconds at the end of the iteration
+            since the call, eager solves only, see :func:`solve_ocp`).  For
+            :class:`AugmentedLagrangian` one entry per outer iteration ``(max_outer,)``:
+            ``cost``, ``violation``, ``penalty``, ``inner_iterations``, ``time``.
+        duals: the multipliers and penalty (warm start of another solve).
+    """
+
+    times: jax.Array
+    states: Any
+    controls: jax.Array
+    K: jax.Array
+    k: jax.Array
+    cost: jax.Array
+    violation: jax.Array
+    status: jax.Array
+    iterations: jax.Array
+    history: dict
+    duals: Any
+
+    @property
+    def stop_reason(self) -> str:
+        return _REASONS[int(np.asarray(self.status).reshape(-1).max())]
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[int(np.asarray(self.status).reshape(-1).max())]
+
+    @property
+    def succeeded(self):
+        return self.status == SUCCESSFUL
+
+    def check(self) -> OCPSolution:
+        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` unless every member
+        converged (eager only)."""
+        r = np.asarray(self.status)
+        if (r != SUCCESSFUL).any():
+            bad = int(r.reshape(-1)[np.argmax(r.reshape(-1) != SUCCESSFUL)])
+            raise ConvergenceError(
+                f"solve_ocp: {_MESSAGES[bad]} ({int(np.asarray(self.iterations).max())} "
+                f"iterations, violation {float(np.max(np.asarray(self.violation))):.3g})"
+            )
+        return self
+
+    def __repr__(self) -> str:
+        try:
+            return (
+                f"OCPSolution(stop_reason={self.stop_reason!r}, cost={np.asarray(self.cost)}, "
+                f"iterations={np.asarray(self.iterations)}, violation={np.asarray(self.violation)})"
+            )
+        except Exception:
+            return "OCPSolution(<traced>)"

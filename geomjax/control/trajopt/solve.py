@@ -1,0 +1,133 @@
+"""The entry point :func:`solve_ocp`: checks, one compiled loop over a solver's steps, and the
+progress monitor of eager solves."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .loop import _Monitor, iterate
+from .problem import OptimalControlProblem
+from .solution import NONFINITE, OCPSolution
+from .solvers import DDP, AbstractOCPSolver
+
+__all__ = ["solve_ocp"]
+
+
+def _check_initial(problem, us, xs):
+    m, N = problem.control_dim, problem.steps
+    if us is None:
+        us = jnp.zeros((N, m), problem.dtype)
+    us = jnp.asarray(us, problem.dtype)
+    if us.shape != (N, m):
+        raise ValueError(
+            f"solve_ocp: argument 'us' must have shape (steps, control_dim) = ({N}, {m}), "
+            f"got {us.shape}"
+        )
+    if xs is not None:
+        lead = {a.shape[0] for a in jax.tree_util.tree_leaves(xs)}
+        if lead != {N + 1}:
+            raise ValueError(
+                f"solve_ocp: argument 'xs' must have a leading axis of steps + 1 = {N + 1}, "
+                f"got {sorted(lead)}"
+            )
+    return us, xs
+
+
+@eqx.filter_jit
+def _solve(problem, solver, us, xs, max_iters, monitor=False):
+    us = jnp.clip(us, problem.lower, problem.upper)
+    if xs is None:
+        xs, feasible = problem.rollout(us), True
+    else:
+        xs = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), xs, problem.state0)
+        feasible = False
+    state = solver.init(problem, xs, us, feasible, max_iters)
+    state = iterate(problem, solver, state, monitor)
+    return solver.postprocess(problem, state)
+
+
+def solve_ocp(
+    problem: OptimalControlProblem,
+    solver=None,
+    us=None,
+    xs=None,
+    *,
+    max_iters: int = 100,
+    progress: bool | None = None,
+) -> OCPSolution:
+    """Solve ``problem`` with ``solver`` (:class:`DDP` by default; :class:`ILQR`,
+    :class:`AugmentedLagrangian`).
+
+    Arguments:
+        us: initial controls ``(steps, control_dim)`` (default zeros), clipped to the bounds.
+        xs: initial states (leading axis ``steps + 1``): a multiple-shooting start (the gaps are
+            closed by the forward passes); default: the rollout of ``us``.
+        max_iters: iteration cap (outer iterations for :class:`AugmentedLagrangian`, whose inner
+            solves have ``inner_iters`` each).
+        progress: a tqdm progress bar over the iterations, started after the first one (which
+            compiles).  Default: on when called eagerly, off under ``jit``/``vmap``.
+
+    Called eagerly, the compiled loop reports each iteration to the host: ``history["time"]``
+    is the wall time (s) at the end of each iteration since the call (its first entry includes
+    the compilation; ``time[-1] − time[0]`` is the run after it).  Under a trace it is NaN.
+
+    Jittable and vmappable (one compiled ``lax.while_loop``).  Eagerly, a cost or dynamics that is
+    not finite at the initial guess raises ``ValueError``; any other failure is reported in
+    :attr:`OCPSolution.status` (see :meth:`OCPSolution.check`)."""
+    if not isinstance(problem, OptimalControlProblem):
+        raise ValueError(
+            f"solve_ocp: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
+        )
+    solver = DDP() if solver is None else solver
+    if not isinstance(solver, AbstractOCPSolver):
+        raise ValueError(
+            "solve_ocp: argument 'solver' must be ILQR(), DDP(), AugmentedLagrangian() or another "
+            f"AbstractOCPSolver, got {solver!r}"
+        )
+    if problem.constrained and not solver.handles_constraints:
+        raise ValueError(
+            "solve_ocp: the problem has path/terminal constraints; pass "
+            "solver=AugmentedLagrangian(inner=...) (control bounds alone need no wrapper)"
+        )
+    if not (isinstance(max_iters, int | np.integer) and max_iters >= 1):
+        raise ValueError(
+            f"solve_ocp: argument 'max_iters' must be a positive int, got {max_iters!r}"
+        )
+    us, xs = _check_initial(problem, us, xs)
+    # the solver's float settings as arrays of the problem's dtype: traced, not static, so that
+    # other tolerances or penalties reuse the compiled program (one compilation per structure)
+    solver = jax.tree_util.tree_map(
+        lambda v: jnp.asarray(v, problem.dtype) if isinstance(v, float) else v, solver
+    )
+    eager = not any(
+        isinstance(leaf, jax.core.Tracer)
+        for leaf in jax.tree_util.tree_leaves((problem, solver, us, xs))
+    )
+    if not eager:
+        sol = _solve(problem, solver, us, xs, int(max_iters))
+    else:
+        name = type(solver).__name__
+        monitor = _Monitor(int(max_iters), progress is None or bool(progress), f"solve_ocp {name}")
+        previous, _Monitor.active = _Monitor.active, monitor
+        try:
+            sol = _solve(problem, solver, us, xs, int(max_iters), True)
+            jax.block_until_ready(sol.controls)
+            jax.effects_barrier()
+        finally:
+            _Monitor.active = previous
+            monitor.close()
+        t = np.full(int(max_iters), np.nan)
+        n = min(len(monitor.times), t.size)
+        t[:n] = monitor.times[:n]
+        history = dict(sol.history, time=jnp.asarray(t, problem.dtype))
+        sol = eqx.tree_at(lambda s_: s_.history, sol, history)
+    r = sol.status
+    if not isinstance(r, jax.core.Tracer) and np.asarray(r).shape == () and int(r) == NONFINITE:
+        raise ValueError(
+            "solve_ocp: the cost (argument 'stage_cost' or 'terminal_cost' of the problem) or the "
+            "dynamics returned NaN or inf at the initial guess (arguments 'us'/'xs')"
+        )
+    return sol
