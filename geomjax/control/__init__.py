@@ -35,7 +35,7 @@ from .losses import (
     path_energy,
     path_length,
 )
-from .mpc import MPC, MPCResult, run_mpc
+from .mpc import MPC, MPCPlan, MPCResult, OnlineMPC, run_mpc
 from .optimize import GroupParam, OptimizeResult, optimize, optimize_restarts
 from .sensitivity import solve_ocp_implicit
 from .trajopt import (
@@ -72,8 +72,10 @@ __all__ = [
     "LiftMagnus4",
     "LinearTimeLaw",
     "Loss",
+    "MPCPlan",
     "MPCResult",
     "OCPSolution",
+    "OnlineMPC",
     "OpenCurve",
     "OptimalControlProblem",
     "OptimizeResult",

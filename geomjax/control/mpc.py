@@ -36,7 +36,7 @@ from .status import SUCCESSFUL
 from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
 from .trajopt.problem import _WrappedMethod
 
-__all__ = ["MPC", "MPCResult", "run_mpc"]
+__all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]
 
 
 class MPC(eqx.Module):
@@ -222,20 +222,29 @@ def _structure(x):
     ]
 
 
+def _control_step(problem, controller, plan, x, t):
+    """One receding-horizon step: the problem from the measured state ``x`` at time ``t``,
+    solved by ``controller.iterations`` iterations from the warm start ``plan`` ``(N, m)``;
+    returns the control to apply, the next warm start (the plan shifted by one node, its last
+    control repeated) and the solution."""
+    sol = solve_ocp(
+        _retarget(problem, x, t), controller.solver, plan, max_iters=controller.iterations
+    )
+    plan1 = jnp.concatenate([sol.controls[1:], sol.controls[-1:]])
+    return sol.controls[0], plan1, sol
+
+
 @eqx.filter_jit
 def _run(problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps):
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
-    solver = controller.solver
 
     def body(carry, j):
         x, plan = carry
         t = dt * j.astype(dtype)
-        sol = solve_ocp(_retarget(problem, x, t), solver, plan, max_iters=controller.iterations)
-        u = sol.controls[0]
+        u, plan1, sol = _control_step(problem, controller, plan, x, t)
         d = jnp.zeros((m,), dtype) if disturbance is None else disturbance(t).astype(dtype)
         x1 = plant_method.step(plant_system, x, dt, u + d, t)[0]
-        plan1 = jnp.concatenate([sol.controls[1:], sol.controls[-1:]])
         return (x1, plan1), (x, u, error(t, x), sol.status, sol.cost, sol.iterations)
 
     (xN, plan), (xs, u, err, res, cost, its) = jax.lax.scan(
@@ -367,3 +376,110 @@ def run_mpc(
     return _run(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
     )
+
+
+# --- the online controller: one step at a time, for a plant outside JAX -------------------------
+class MPCPlan(eqx.Module):
+    """The state of an :class:`OnlineMPC` between two control steps (a pytree of arrays).
+
+    Attributes:
+        controls: ``(N, m)`` the warm start of the next solve (the last plan shifted by one node).
+        status: status code of the last solve (:mod:`geomjax.control.status`; ``-1`` before the
+            first step).
+        iterations: solver iterations of the last solve.
+        cost: the last plan's predicted cost-to-go.
+    """
+
+    controls: jax.Array
+    status: jax.Array
+    iterations: jax.Array
+    cost: jax.Array
+
+
+@eqx.filter_jit
+def _online_step(problem, controller, plan, x, t):
+    t = jnp.asarray(t, problem.dtype)
+    u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
+    return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost)
+
+
+class OnlineMPC(eqx.Module):
+    """Model predictive control one tick at a time, for a plant that is not a JAX function (a
+    robot, another simulator): ``u, plan = controller.step(plan, measured_state, t)``.
+
+    Each ``step`` is what one control step of :func:`run_mpc` does — the model problem re-targeted
+    to the measured state at time ``t`` (``state0`` and node times ``t + k·dt``), solved by
+    ``controller.iterations`` iterations warm-started from ``plan`` — as one compiled program:
+    the first call traces and compiles it, later calls (same shapes and dtypes) only run it.
+    The caller applies ``u`` for ``problem.dt`` and measures the next state.
+
+    Arguments:
+        problem: the model :class:`~geomjax.control.trajopt.OptimalControlProblem` (bounds and
+            costs; no path/terminal constraints); its ``steps`` is the horizon unless
+            ``controller.horizon`` is set.
+        controller: the :class:`MPC` settings (default ``MPC()``).
+
+    Example (a body whose measured state comes from elsewhere)::
+
+        online = OnlineMPC(problem, MPC(ILQR(), iterations=1))
+        plan = online.init()  # or online.init(open_loop_controls)
+        for tick in range(n):
+            x = measure()  # a state with the model state's structure
+            u, plan = online.step(plan, x, tick * problem.dt)
+            apply(u)
+    """
+
+    problem: OptimalControlProblem
+    controller: MPC
+
+    def __init__(self, problem: OptimalControlProblem, controller: MPC | None = None):
+        where = "OnlineMPC"
+        if not isinstance(problem, OptimalControlProblem):
+            raise ValueError(
+                f"{where}: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
+            )
+        if problem.constrained:
+            raise ValueError(
+                f"{where}: argument 'problem' has path/terminal constraints; the receding-horizon "
+                "solves take bounds and costs only (state the target as a terminal cost)"
+            )
+        controller = MPC() if controller is None else controller
+        if not isinstance(controller, MPC):
+            raise ValueError(f"{where}: argument 'controller' must be an MPC, got {controller!r}")
+        if controller.horizon is not None:
+            problem = _with_horizon(problem, int(controller.horizon))
+        self.problem, self.controller = problem, controller
+
+    def init(self, us=None) -> MPCPlan:
+        """The plan before the first step: ``us`` ``(N, m)`` as the first warm start (e.g. an
+        open-loop optimum from the initial state), default zeros."""
+        p = self.problem
+        N, m, dtype = p.steps, p.control_dim, p.dtype
+        us = jnp.zeros((N, m), dtype) if us is None else jnp.asarray(us, dtype)
+        if us.shape != (N, m):
+            raise ValueError(
+                f"OnlineMPC.init: argument 'us' must have shape (horizon, control_dim) = "
+                f"({N}, {m}), got {us.shape}"
+            )
+        return MPCPlan(
+            us,
+            jnp.asarray(-1, jnp.int32),
+            jnp.zeros((), jnp.int32),
+            jnp.asarray(jnp.nan, dtype),
+        )
+
+    def step(self, plan: MPCPlan, state, t):
+        """``(u, plan)``: the control ``(m,)`` to apply from ``state`` (measured at time ``t``)
+        and the plan for the next step.  ``state`` must have the structure, shapes and dtypes of
+        the problem's ``state0``."""
+        if not isinstance(plan, MPCPlan):
+            raise ValueError(
+                f"OnlineMPC.step: argument 'plan' must be an MPCPlan (from init or a previous "
+                f"step), got {type(plan).__name__}"
+            )
+        if _structure(state) != _structure(self.problem.state0):
+            raise ValueError(
+                "OnlineMPC.step: argument 'state' must have the structure, shapes and dtypes of "
+                f"the problem's state0 {_structure(self.problem.state0)}, got {_structure(state)}"
+            )
+        return _online_step(self.problem, self.controller, plan, state, t)

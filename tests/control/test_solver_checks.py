@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from geomjax.control.examples import SemiImplicitEuler, attitude_problem
-from geomjax.control.mpc import MPC, _retarget, run_mpc
+from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp
 
@@ -166,3 +166,25 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
     unshifted = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), first.controls, max_iters=iters)
     for other in (cold, unshifted):
         assert np.max(np.abs(np.asarray(other.controls[0] - second.controls[0]))) > 1e-6
+
+
+def test_online_mpc_steps_equal_run_mpc():
+    """OnlineMPC, ticked from Python with the plant stepped outside its program, applies the
+    controls of run_mpc's closed loop (model = plant) and hands over the same shifted plan."""
+    horizon, iters, ticks = 3, 2, 3
+    prob = _problem(horizon, torque_max=0.8)
+    us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
+    ctrl = MPC(ILQR(), iterations=iters)
+    res = run_mpc(prob, steps=ticks, controller=ctrl, us=us0)
+    online = OnlineMPC(prob, ctrl)
+    plan, x = online.init(us0), prob.state0
+    for j in range(ticks):
+        u, plan = online.step(plan, x, j * prob.dt)
+        np.testing.assert_allclose(np.asarray(u), np.asarray(res.controls[j]), atol=1e-12)
+        assert int(plan.status) == int(res.status[j])
+        x = prob.step(x, u, j * prob.dt)  # the plant, outside the controller's program
+    np.testing.assert_allclose(np.asarray(plan.controls), np.asarray(res.plan), atol=1e-12)
+    with pytest.raises(ValueError, match="'state'"):
+        online.step(plan, x.R, 0.0)
+    with pytest.raises(ValueError, match="'us'"):
+        online.init(jnp.zeros((horizon + 1, 3)))
