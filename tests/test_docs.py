@@ -192,7 +192,69 @@ def check_scale(ns):
     np.testing.assert_allclose(pin, pin[:, :1] * jnp.ones_like(pin), rtol=1e-5)
 
 
+def check_choosing_an_integrator(ns):
+    # fitted orders against a reference from another method: 2, 2, 4, 4
+    expected = {"LGVI": 2, "splitting": 2, "RKMK4": 4, "LGVI, suzuki4": 4}
+    for name, p in expected.items():
+        assert abs(float(ns["orders"][name]) - p) < 0.3, (name, ns["orders"][name])
+
+
+def check_choosing_a_gradient(ns):
+    g = ns["grads"]
+    for steps in (200, 800):  # the three ways agree (round-off of the rebuilt trajectory)
+        for way in ("checkpoint", "reversible"):
+            np.testing.assert_allclose(g[way, steps], g["plain", steps], rtol=1e-8, atol=1e-11)
+    # central differences of the page's own loss
+    f, pi0, eps = ns["loss"], ns["pi0"], 1e-6
+    fd = jnp.stack(
+        [(f(pi0 + eps * e, 200) - f(pi0 - eps * e, 200)) / (2 * eps) for e in jnp.eye(3)]
+    )
+    np.testing.assert_allclose(g["plain", 200], fd, rtol=1e-6, atol=1e-8)
+    # the memory the page claims: plain reverse mode grows with the steps (×4 steps: over ×3),
+    # the reversible adjoint does not
+    m = ns["memory"]
+    assert m["plain", 800] > 3 * m["plain", 200]
+    assert m["reversible", 800] <= m["reversible", 200] * 1.1
+    assert m["reversible", 800] < m["checkpoint", 800] < m["plain", 800]
+
+
+def check_sharp_bits(ns):
+    assert ns["sol32"].states.Pi.dtype == jnp.float32  # the state's dtype wins over x64
+    assert float(ns["casimir"]["float64"]) < 1e-13
+    assert 1e-13 < float(ns["casimir"]["float32"]) < 1e-5
+    a, b = ns["sol_a"], ns["sol_b"]  # the jitted closure ran with two step sizes
+    np.testing.assert_allclose([a.ts[-1], b.ts[-1]], [1.0, 2.0], rtol=1e-12)
+    assert "did not converge" in ns["message"] and "newton_iters" in ns["message"]
+    assert float(ns["bad"].max_residual) > 1e-10
+
+
+def check_extending(ns):
+    # the LGVI on the new group against the closed form s = 0.3 cos 2t, θ = 1.5 t
+    ts = ns["sol"].ts
+    assert float(jnp.max(jnp.abs(ns["s"] - 0.3 * jnp.cos(2 * ts)))) < 2e-4  # O(dt²)
+    assert float(jnp.max(jnp.abs(ns["theta"] - 1.5 * ts))) < 1e-10  # abelian: exact
+    # the new first-order method: error against the closed form halves with the step
+    group = ns["group"]
+    errs = []
+    for sol in (ns["coarse"], ns["finer"]):
+        s = group.log(sol.states.g)[:, 0]
+        errs.append(float(jnp.max(jnp.abs(s - 0.3 * jnp.cos(2 * sol.ts)))))
+    assert 1.7 < errs[0] / errs[1] < 2.3, errs
+
+
+def check_errors(ns):
+    inertia, group, method = ns["messages"]
+    assert "'inertia'" in inertia and "positive" in inertia
+    assert "'state0.R'" in group and "SO3" in group
+    assert "RATTLE" in method and "RigidBody" in method
+
+
 CHECKS = {
+    "choosing-an-integrator.md": check_choosing_an_integrator,
+    "choosing-a-gradient.md": check_choosing_a_gradient,
+    "sharp-bits.md": check_sharp_bits,
+    "extending.md": check_extending,
+    "errors.md": check_errors,
     "index.md": check_index,
     "rigid-bodies.md": check_rigid_bodies,
     "scale.md": check_scale,
@@ -250,6 +312,10 @@ LONG_PAGES = {
     "nonholonomic.md",
     "scale.md",
     "rigid-bodies.md",
+    "choosing-an-integrator.md",
+    "choosing-a-gradient.md",
+    "extending.md",
+    "sharp-bits.md",
 }
 
 
