@@ -33,7 +33,13 @@ def provenance(data: dict, name: str) -> str:
     command = " ".join(["python", f"benchmarks/{script}", *data.get("argv", [])])
     cpu = m.get("cpu_model") or m.get("device", "?")
     load = data.get("load_average")
-    loaded = f", load average {load[0]:.1f} at the end" if load else ""
+    if isinstance(load, dict):  # some benchmarks record it at the start and at the end
+        load = load.get("end") or next(iter(load.values()), None)
+    if isinstance(load, list):  # (1, 5, 15) minutes
+        load = load[0] if load else None
+    loaded = (
+        f", 1-minute load average {load:.1f} at the end" if isinstance(load, (int, float)) else ""
+    )
     return (
         f"*Measured by `{command}` on {cpu} ({m.get('cpu_count', '?')} cores, "
         f"{m.get('backend', '?')} backend{loaded}), Python {m.get('python', '?')}, "
