@@ -2,13 +2,18 @@
 
 * The docstrings use Sphinx roles (:func:`simulate`); mkdocstrings renders them literally, so
   they are turned into inline code here.
+* MathJax is served by the site: after the build its browser files (``tex-mml-chtml.js`` and
+  its fonts, from the ``django-static-mathjax`` wheel of the dev extras) are copied to
+  ``site/javascripts/mathjax/``, so formulas typeset without network access.
 * Measured figures come from the benchmarks' JSON files, never typed into a page: a line
   ``<!-- measured: NAME -->`` in a page becomes the summary table of benchmark ``NAME`` (the JSON
   ``benchmarks/results/NAME.json`` of a local run, else the snapshot kept in
   ``docs/benchmark-data/``), preceded by where, how and with what it ran."""
 
+import importlib.util
 import json
 import re
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,3 +107,24 @@ def on_page_markdown(markdown, **kwargs):
 
 def on_page_content(html, **kwargs):
     return _ROLE.sub(r"\1", html)
+
+
+def mathjax_source() -> Path:
+    spec = importlib.util.find_spec("mathjax")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        es5 = Path(location) / "static" / "mathjax" / "es5"
+        if (es5 / "tex-mml-chtml.js").exists():
+            return es5
+    raise RuntimeError(
+        "the docs need MathJax's browser files (package django-static-mathjax of the dev "
+        "extras): pip install -e '.[dev]'"
+    )
+
+
+def on_post_build(config, **kwargs):
+    es5 = mathjax_source()
+    target = Path(config["site_dir"]) / "javascripts" / "mathjax"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(es5 / "tex-mml-chtml.js", target / "tex-mml-chtml.js")
+    fonts = target / "output" / "chtml" / "fonts" / "woff-v2"
+    shutil.copytree(es5 / "output" / "chtml" / "fonts" / "woff-v2", fonts, dirs_exist_ok=True)
