@@ -110,13 +110,7 @@ class LGVI(AbstractMethod):
             and ``on_failure="raise"`` checks, and derivatives are the implicit-function-
             theorem derivatives of the vector equation, as before.  ``"newton"``: Newton on the
             vector equation (the former solver).  ``early_exit`` applies to either.  The same
-            results to round-off.  Measured on the free body, batch 1, float64, Kahan–Li order
-            8 (``benchmarks/bench_work_precision.py --clock=cpu``, one run, CPU time, 2-core
-            CPU shared, load 3–7): at dt 0.2 (error 2.4e-7) 202 → 138 ns per stage (early
-            exit: two scalar iterations at these stage steps, ``h|xi| ≤ 0.15``); time to an
-            error of 1e-8 over diffrax Tsit5's 3.78 → 2.68, at 1e-10 2.06 → 1.53.  At batch
-            1024 (free body, dt 0.01) the step costs what the vector Newton's does (40–55 ns
-            per body-step either way, within the noise of the shared machine).
+            results to round-off; ``geomjax bench work-precision`` times the two side by side.
         on_failure: ``"report"`` (relative residual in ``Solution.stats``) or ``"raise"`` (an
             ``equinox.error_if`` when it exceeds ``tol``).
         tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
@@ -129,13 +123,9 @@ class LGVI(AbstractMethod):
             does so in float32 and below, where the round-off drift of ``R^T R`` would otherwise
             grow linearly (~1e-3 after 2e4 steps); the correction is ``O(eps)`` and leaves order
             and conservation properties unchanged.  In float64 the
-            drift is at the 1e-13 level over 1e5 steps and nothing is done.  Cost in float32
-            (2-core CPU, free body, batch 1024, 1000 steps, same run,
-            ``benchmarks/bench_adjoint.py``): forward 20 → 26 ns per body-step, but a
-            :class:`~geomjax.ReversibleAdjoint` gradient with respect to the momenta 62 → 115 ns
-            (3.1× → 4.4× the forward run): the transposed Björck step is recomputed in the
-            cotangent of each of the 9 entries of ``R`` (XLA:CPU fusion; an
-            ``optimization_barrier`` and a packed cotangent did not help, measured).  For
+            drift is at the 1e-13 level over 1e5 steps and nothing is done.  In float32 the
+            step is cheap forwards but a large part of a :class:`~geomjax.ReversibleAdjoint`
+            gradient's backward step (``geomjax bench adjoint`` measures both).  For
             gradients over horizons where the drift is small, ``reorthonormalize=False`` is the
             faster choice (:func:`geomjax.diagnostics` reports the group defect along a run).
         scalarize: on groups other than the SO(3) Cayley fast path (which is written on scalars

@@ -281,7 +281,7 @@ def step(system, state, dt, control=None, *rest, method: AbstractMethod | None =
 
     Called eagerly, the step is one compiled program, cached per system structure, method and
     shapes (``dt``, ``t``, the arrays of the system and the state are its inputs): later calls
-    take ~1 ms.  A system rebuilt with a new Python function (a fresh ``lambda`` potential on
+    only dispatch it.  A system rebuilt with a new Python function (a fresh ``lambda`` potential on
     every call) compiles again; build it once."""
     if isinstance(state, AbstractMethod):
         if method is not None:
