@@ -168,7 +168,7 @@ class DiscreteHamel(AbstractMethod):
         on_failure: ``"report"`` (the residual in ``Solution.stats``) or ``"raise"``
             (``equinox.error_if`` above ``tol``, default ``1e3 · eps``).
         scalarize: evaluate the Newton residuals scalar by scalar
-            (:func:`geomjax._scalarize.scalarize`, as :class:`~geomjax.DiscreteEulerLagrange`
+            (as :class:`~geomjax.DiscreteEulerLagrange`
             does).  Default ``False``: the residual holds the user's frame, whose programs the
             scalarizer does not all cover (it then falls back to the array program: the same
             numbers, no speed-up).  Where it works it is faster (``geomjax bench scalarize``).

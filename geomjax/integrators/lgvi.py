@@ -130,7 +130,7 @@ class LGVI(AbstractMethod):
             faster choice (:func:`geomjax.diagnostics` reports the group defect along a run).
         scalarize: on groups other than the SO(3) Cayley fast path (which is written on scalars
             by hand), evaluate the step's pieces scalar by scalar
-            (:func:`geomjax._scalarize.scalarize`; the same numbers to round-off, a few fused
+            (the same numbers to round-off, a few fused
             kernels per step instead of one per small array operation).  Default ``True``.
         early_exit: stop the Newton iterations once converged
             (:func:`~geomjax.integrators.newton.newton_solve`'s ``early_exit``: after the
@@ -143,7 +143,7 @@ class LGVI(AbstractMethod):
             (accelerators) all ``newton_iters`` run.
         compensate: on the SO(3) Cayley fast path, carry the momentum as ``Pi + Pi_lo`` and add
             each step's increment ``Pi_{k+1} − Pi_k`` with compensated (Kahan/TwoSum) summation
-            (:func:`geomjax.integrators._so3_soa.add_compensated`; the carry grows from 12 to 15
+            (the carry grows from 12 to 15
             entries, the saved states are unchanged).  ``None`` (default) does so in float32 and
             below.  The rotation itself is applied in increment form in every dtype
             (:meth:`geomjax.LieGroup.cay_coAd`).  With compensation the relative error of ``|Pi|²``

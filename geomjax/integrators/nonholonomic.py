@@ -289,8 +289,8 @@ class NonholonomicVI(AbstractMethod):
         on_failure: ``"report"`` (the relative residual of both solves in ``Solution.stats``) or
             ``"raise"`` (``equinox.error_if`` above ``tol``, default ``1e3 · eps``).
         jacobian: how the Newton Jacobians are formed, the same numbers either way:
-            ``"columns"`` (default; one linearization, ``k`` unrolled JVPs,
-            :func:`geomjax._linalg.forward_jacobian`) or ``"vectorized"`` (``jax.jacfwd``).
+            ``"columns"`` (default; one linearization and ``k`` unrolled Jacobian–vector
+            products) or ``"vectorized"`` (``jax.jacfwd``).
             With the scalarized default, ``"columns"`` was as fast or faster on every system
             tried (``geomjax bench nonholonomic --speed``).
         chord: keep the Newton Jacobian of the first iteration for the others (chord method,
@@ -306,7 +306,7 @@ class NonholonomicVI(AbstractMethod):
             whether it converged.
         scalarize: evaluate the step's pieces (the two residuals, their Jacobian solves, the
             momenta and the node acceleration) scalar by scalar
-            (:func:`geomjax._scalarize.scalarize`: the same primitives on the same numbers,
+            (the same primitives on the same numbers,
             results equal to round-off): on XLA:CPU a step is then a few fused kernels instead
             of ~200 small ones, and under ``jax.vmap`` every scalar is one contiguous vector of
             the batch.  Default ``True``; a system whose functions use primitives without a

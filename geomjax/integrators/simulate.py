@@ -389,7 +389,7 @@ def simulate(
     a carry holding more, NonholonomicVI's Newton seed, is rebuilt from the state at every saved
     block, ``AbstractMethod.carry_beyond_state``) when both use the same ``save_every`` and
     save at least two blocks each: the run's loops are compiled into one kernel
-    (:mod:`geomjax._xla`) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
+    (geomjax's loop setting, see *Sharp bits* in the documentation) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
     to the loops around the step, and XLA removes the loop over blocks of a one-block run (the
     loop over steps when ``save_every=1``), so runs compiled with another loop nest agree to
     round-off only.
