@@ -352,6 +352,14 @@ def test_shell_blocks_are_commands_only():
     assert not bad, bad
 
 
+def test_pycon_blocks_run_their_input_lines():
+    session = ">>> x = [1,\n...      2]\n>>> sum(x)\n3\n>>> for k in x:\n...     y = k\n...\n"
+    assert pycon_to_python(session) == "x = [1,\n     2]\nsum(x)\nfor k in x:\n    y = k\n\n"
+    ns: dict = {}
+    exec(pycon_to_python(session), ns)
+    assert ns["y"] == 2
+
+
 def test_every_page_with_code_has_a_check():
     with_code = {page_name(p) for p in pages_with_code()}
     assert with_code <= set(CHECKS), with_code - set(CHECKS)
