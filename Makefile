@@ -43,11 +43,14 @@ bench-gpu: $(STAMP)
 	$(VENV)/bin/geomjax bench gpu
 
 # the documentation site into site/ (strict: a broken link or reference fails); the notebook
-# gallery reuses the copies executed by `make test` (build/notebooks/) and executes the others
+# gallery reuses the copies executed by `make test` (build/notebooks/) and executes the others;
+# then every page is opened in a headless Chromium (skipped when none is installed: Debian's
+# `apt-get install -y chromium`) to check the console, the formulas and the images
 docs: $(STAMP)
 	$(PY) docs/_generate.py
 	$(VENV)/bin/mkdocs build --strict
 	$(PY) docs/_check_api.py site
+	$(PY) docs/_check_browser.py site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis demo_output benchmarks/results site build docs/gallery docs/results

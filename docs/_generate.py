@@ -19,6 +19,9 @@ from pathlib import Path
 
 import nbformat
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _hooks import provenance, table, tables
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "notebooks"
 EXECUTED = ROOT / "build" / "notebooks"
@@ -61,24 +64,6 @@ def title(nb) -> str:
     return ""
 
 
-def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    if isinstance(v, (list, dict)):
-        return "…"
-    return str(v).replace("|", "/")
-
-
-def _table(rows: list[dict], max_columns: int = 12) -> list[str]:
-    cols: list[str] = []
-    for row in rows:
-        cols += [k for k in row if k not in cols]
-    cols = cols[:max_columns]
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return out
-
-
 def benchmark_results() -> None:
     """One section per benchmark JSON: where it ran, then every list of rows as a table."""
     RESULTS_PAGE.mkdir(parents=True, exist_ok=True)
@@ -101,17 +86,9 @@ def benchmark_results() -> None:
         lines.append("No benchmark results yet: run `geomjax bench all`.")
     for name, path in sorted(found.items()):
         data = json.loads(path.read_text())
-        m = data.get("machine", {})
-        lines += [f"## {name}", ""]
-        lines.append(
-            f"*{m.get('cpu_model') or m.get('device', '?')}, {m.get('backend', '?')}, "
-            f"jax {m.get('jax', '?')}, {m.get('default_float', '?')} by default, "
-            f"{m.get('utc', 'date not recorded')}*"
-        )
-        lines.append("")
-        for key, value in data.items():
-            if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-                lines += [f"**{key}**", "", *_table(value), ""]
+        lines += [f"## {name}", "", provenance(data, name), ""]
+        for key, rows in tables(data):
+            lines += [f"**{key}**", "", *table(rows), ""]
         for png in sorted(path.parent.glob(f"{name}*.png")):
             shutil.copyfile(png, RESULTS_PAGE / png.name)
             lines += [f"![{png.stem}]({png.name})", ""]

@@ -7,13 +7,14 @@ from .newton import newton_solve
 from .nonholonomic import NonholonomicVI
 from .rkmk import RKMK4
 from .sharding import batch_mesh, shard_batch, simulate_sharded
-from .simulate import Solution, diagnostics, load_solution, simulate, step
+from .simulate import ConvergenceError, Solution, diagnostics, load_solution, simulate, step
 from .splitting import RigidBodySplitting
 
 __all__ = [
     "LGVI",
     "RKMK4",
     "AbstractMethod",
+    "ConvergenceError",
     "NonholonomicVI",
     "RigidBodySplitting",
     "Solution",

@@ -128,11 +128,11 @@ class Composition(AbstractMethod):
         loop: how the stages run inside the step: ``"scan"`` (``jax.lax.scan`` over the
             coefficients: the base step is compiled once), ``"unroll"`` (a static loop: one XLA
             computation per step) or ``None`` (default): ``"scan"`` on CPU, ``"unroll"`` on
-            accelerators.  On CPU the unrolled chain of stages ran 1.2–1.8× slower per stage
-            than the scan (XLA's CPU fusion recomputes elementwise producers in every consumer,
+            accelerators.  On CPU the unrolled chain of stages ran slower per stage than the
+            scan (XLA's CPU fusion recomputes elementwise producers in every consumer,
             as for the Newton iterations, :mod:`geomjax.integrators.newton`) and compiles in
             proportion to the number of stages; on accelerators the loop would cost a launch per
-            stage (not measured: no GPU was available).  Same arithmetic either way.
+            stage.  Same arithmetic either way.
 
     ``Solution.stats["residual"]`` is the largest residual of the stages.
     """
@@ -394,10 +394,8 @@ class ProcessedComposition(AbstractMethod):
     momentum maps, Casimirs, symplecticity of ``K_h``).
 
     Schemes (:data:`PROCESSED`): ``"blanes6"`` (kernel of 7 stages, effective order 6);
-    ``"bcm8"`` (13 stages, order 8), ``"bcm10"`` (23 stages, order 10).  Measured on the
-    free body with the LGVI (T = 100, ``benchmarks/bench_work_precision.py``): at the same
-    step, ``"bcm8"`` (13 stages) errs 9× less than Kahan–Li ``s15odr8`` (15 stages), and
-    ``"bcm10"`` reaches 1e-10 with half the stages of ``"kahan_li8"`` (module docstring).
+    ``"bcm8"`` (13 stages, order 8), ``"bcm10"`` (23 stages, order 10).
+    ``geomjax bench work-precision`` compares them with the plain compositions.
 
     The carry is ``(kernel variable z = P_h^{-1}(y), h)``: :meth:`init` sets ``h = 0``
     (``z = y``), the first :meth:`advance` (and one with a different ``dt``) applies

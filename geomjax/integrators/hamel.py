@@ -168,12 +168,10 @@ class DiscreteHamel(AbstractMethod):
         on_failure: ``"report"`` (the residual in ``Solution.stats``) or ``"raise"``
             (``equinox.error_if`` above ``tol``, default ``1e3 · eps``).
         scalarize: evaluate the Newton residuals scalar by scalar
-            (:func:`geomjax._scalarize.scalarize`, as :class:`~geomjax.DiscreteEulerLagrange`
+            (as :class:`~geomjax.DiscreteEulerLagrange`
             does).  Default ``False``: the residual holds the user's frame, whose programs the
             scalarizer does not all cover (it then falls back to the array program: the same
-            numbers, no speed-up).  Where it works it is faster: the heavy top in Euler angles, 2-core CPU,
-            float64, 10 000 steps 0.68 s → 0.21 s, the same compile time (~14 s on a loaded
-            machine).
+            numbers, no speed-up).  Where it works it is faster (``geomjax bench scalarize``).
         early_exit: stop the Newton iterations once converged (at most ``newton_iters``; the
             same results to round-off, the same derivatives).
     """

@@ -110,13 +110,7 @@ class LGVI(AbstractMethod):
             and ``on_failure="raise"`` checks, and derivatives are the implicit-function-
             theorem derivatives of the vector equation, as before.  ``"newton"``: Newton on the
             vector equation (the former solver).  ``early_exit`` applies to either.  The same
-            results to round-off.  Measured on the free body, batch 1, float64, Kahan–Li order
-            8 (``benchmarks/bench_work_precision.py --clock=cpu``, one run, CPU time, 2-core
-            CPU shared, load 3–7): at dt 0.2 (error 2.4e-7) 202 → 138 ns per stage (early
-            exit: two scalar iterations at these stage steps, ``h|xi| ≤ 0.15``); time to an
-            error of 1e-8 over diffrax Tsit5's 3.78 → 2.68, at 1e-10 2.06 → 1.53.  At batch
-            1024 (free body, dt 0.01) the step costs what the vector Newton's does (40–55 ns
-            per body-step either way, within the noise of the shared machine).
+            results to round-off; ``geomjax bench work-precision`` times the two side by side.
         on_failure: ``"report"`` (relative residual in ``Solution.stats``) or ``"raise"`` (an
             ``equinox.error_if`` when it exceeds ``tol``).
         tol: tolerance for ``"raise"`` (default ``1e3 · eps`` of the dtype).
@@ -129,18 +123,14 @@ class LGVI(AbstractMethod):
             does so in float32 and below, where the round-off drift of ``R^T R`` would otherwise
             grow linearly (~1e-3 after 2e4 steps); the correction is ``O(eps)`` and leaves order
             and conservation properties unchanged.  In float64 the
-            drift is at the 1e-13 level over 1e5 steps and nothing is done.  Cost in float32
-            (2-core CPU, free body, batch 1024, 1000 steps, same run,
-            ``benchmarks/bench_adjoint.py``): forward 20 → 26 ns per body-step, but a
-            :class:`~geomjax.ReversibleAdjoint` gradient with respect to the momenta 62 → 115 ns
-            (3.1× → 4.4× the forward run): the transposed Björck step is recomputed in the
-            cotangent of each of the 9 entries of ``R`` (XLA:CPU fusion; an
-            ``optimization_barrier`` and a packed cotangent did not help, measured).  For
+            drift is at the 1e-13 level over 1e5 steps and nothing is done.  In float32 the
+            step is cheap forwards but a large part of a :class:`~geomjax.ReversibleAdjoint`
+            gradient's backward step (``geomjax bench adjoint`` measures both).  For
             gradients over horizons where the drift is small, ``reorthonormalize=False`` is the
             faster choice (:func:`geomjax.diagnostics` reports the group defect along a run).
         scalarize: on groups other than the SO(3) Cayley fast path (which is written on scalars
             by hand), evaluate the step's pieces scalar by scalar
-            (:func:`geomjax._scalarize.scalarize`; the same numbers to round-off, a few fused
+            (the same numbers to round-off, a few fused
             kernels per step instead of one per small array operation).  Default ``True``.
         early_exit: stop the Newton iterations once converged
             (:func:`~geomjax.integrators.newton.newton_solve`'s ``early_exit``: after the
@@ -148,27 +138,18 @@ class LGVI(AbstractMethod):
             change nothing but round-off; in float32 below ``4 eps``: the error left by the
             looser test, ~1e-9 relative, has one sign and drifted the energy by 4.4e-6 over 1e5
             steps; under ``jax.vmap`` once every member has).  Default
-            ``True``: the same results to round-off, the same derivatives.  Measured on the free
-            body (I = (1, 2, 3), dt 0.01, 2-core CPU, float64, geomjax's XLA loop setting, ns
-            per body-step, fixed three iterations → early exit): unbatched 101 → 88, at batch
-            1024 31.9 → 31.8.  Where the iterations are unrolled (accelerators) all
-            ``newton_iters`` run.
+            ``True``: the same results to round-off, the same derivatives; it skips the iterations
+            that would change nothing but round-off.  Where the iterations are unrolled
+            (accelerators) all ``newton_iters`` run.
         compensate: on the SO(3) Cayley fast path, carry the momentum as ``Pi + Pi_lo`` and add
             each step's increment ``Pi_{k+1} − Pi_k`` with compensated (Kahan/TwoSum) summation
-            (:func:`geomjax.integrators._so3_soa.add_compensated`; the carry grows from 12 to 15
+            (the carry grows from 12 to 15
             entries, the saved states are unchanged).  ``None`` (default) does so in float32 and
             below.  The rotation itself is applied in increment form in every dtype
-            (:meth:`geomjax.LieGroup.cay_coAd`).  Free body, I = (1, 2, 3), float32, 1e5
-            steps, Pi0 = (0.01, 1, 0.01) and (0.3, 0.5, 0.9), dt = 0.01 and 0.001 (largest
-            relative error of ``|Pi|²`` along the run, ``benchmarks/bench_float32.py``): the
-            former ``F^T Pi`` with ``F = cay(h xi)`` drifted one way by up to 5.3e-4; the
-            increment form leaves a random walk (≤ 1e-4, as RK4 in float32: increments below
-            half an ulp of ``Pi`` are lost where ``Pi`` moves slowly); with compensation
-            ≤ 2e-7, the rounding of one step.  Derivatives are those of the uncompensated step
-            (``Pi_lo`` carries no tangent).  Cost (free body, batch 1024, float32, vmapped
-            ``simulate``, CPU time, 2-core CPU shared, one run, ns per body-step): 22.5 → 23.8
-            with the Björck step, 20.1 → 19.8 without (within the noise of the machine; 47 → 52
-            with the former batch-first carry).
+            (:meth:`geomjax.LieGroup.cay_coAd`).  With compensation the relative error of ``|Pi|²``
+            stays at the rounding of one step over long float32 runs (``geomjax bench float32``
+            measures it against the uncompensated increment form).  Derivatives are those of the
+            uncompensated step (``Pi_lo`` carries no tangent).
     """
 
     retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")

@@ -261,14 +261,11 @@ def newton_solve(
         jac_solve: ``(x, args, r) -> J(x)^{-1} r`` (closed form on hot paths, or
             :func:`dense_jac_solve`).  Must be linear in ``r``: it is reused for the tangents.
         scalarize: for a vector ``x0`` ``(k,)`` and a residual of the same shape: evaluate
-            ``residual`` and ``jac_solve`` scalar by scalar (:func:`geomjax._scalarize.scalarize`,
+            ``residual`` and ``jac_solve`` scalar by scalar (geomjax's scalarizer,
             the same numbers to round-off) and carry the iterate through the loop as ``k``
-            scalars (:class:`geomjax._scalarize.ScalarTuples`).  On XLA:CPU under ``jax.vmap``
+            scalars.  On XLA:CPU under ``jax.vmap``
             every unknown is then one contiguous ``(batch,)`` vector instead of a strided
-            column of a ``(batch, k)`` carry.  Measured on ``NonholonomicVI`` for the ball on a
-            turntable (``k + m = 7``; 2-core CPU, float64, dt 1e-3), against the same scalarized
-            functions on an array iterate: 1148 → 316 ns per body-step at batch 1024 (3.6×),
-            4423 → 3897 ns unbatched.
+            column of a ``(batch, k)`` carry (``geomjax bench scalarize`` measures it).
         early_exit: stop once converged, after at most ``iters`` iterations: after the first
             iteration whose relative update ``rel`` has ``rel² ≤ 0.01 eps`` (the next update of
             a quadratically convergent iteration, ``~ rel² |x|``, would be below round-off; in

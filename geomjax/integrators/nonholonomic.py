@@ -289,49 +289,39 @@ class NonholonomicVI(AbstractMethod):
         on_failure: ``"report"`` (the relative residual of both solves in ``Solution.stats``) or
             ``"raise"`` (``equinox.error_if`` above ``tol``, default ``1e3 · eps``).
         jacobian: how the Newton Jacobians are formed, the same numbers either way:
-            ``"columns"`` (default; one linearization, ``k`` unrolled JVPs,
-            :func:`geomjax._linalg.forward_jacobian`) or ``"vectorized"`` (``jax.jacfwd``).
-            With the scalarized default, ``"columns"`` is as fast or faster everywhere
-            measured (dt 1e-3, 2-core CPU, float64, ns per body-step, columns / vectorized:
-            sleigh unbatched 337 / 333, ball on a turntable unbatched 3940 / 4840 and at batch
-            1024 309 / 3310; ``benchmarks/bench_nonholonomic.py --speed``).
+            ``"columns"`` (default; one linearization and ``k`` unrolled Jacobian–vector
+            products) or ``"vectorized"`` (``jax.jacfwd``).
+            With the scalarized default, ``"columns"`` was as fast or faster on every system
+            tried (``geomjax bench nonholonomic --speed``).
         chord: keep the Newton Jacobian of the first iteration for the others (chord method,
             :func:`~geomjax.integrators.newton.newton_solve`): the Jacobian (``k`` JVPs and the
             Schur elimination) is formed once per step instead of ``newton_iters`` times.
             From the O(h²) seed the three iterations still reach round-off while ``h |v|``
             stays below ~2e-2 (measured at dt 0.05 on the sleigh, the ball on a turntable and
             the vertical disk; the tilting rolling disk needs dt ≤ 0.01, where Newton is at
-            round-off to dt 0.05).  Measured with the scalarized default (dt 1e-3, 2-core CPU,
-            float64, ns per body-step, Newton → chord): at batch 1024 sleigh 61 → 41 and ball on
-            a turntable 309 → 242; unbatched ball 3940 → 3680, but the sleigh 337 → 558 (there
-            the hoisted Jacobian costs more kernels than it saves).  Gradients are unchanged
+            round-off to dt 0.05).  It pays under ``vmap``; unbatched, on cheap steps, the hoisted
+            Jacobian can cost more kernels than it saves (``geomjax bench nonholonomic --speed``).
+            Gradients are unchanged
             (implicit function theorem at the solution); ``Solution.max_residual`` tells
             whether it converged.
         scalarize: evaluate the step's pieces (the two residuals, their Jacobian solves, the
             momenta and the node acceleration) scalar by scalar
-            (:func:`geomjax._scalarize.scalarize`: the same primitives on the same numbers,
+            (the same primitives on the same numbers,
             results equal to round-off): on XLA:CPU a step is then a few fused kernels instead
             of ~200 small ones, and under ``jax.vmap`` every scalar is one contiguous vector of
             the batch.  Default ``True``; a system whose functions use primitives without a
             scalar form (loops, ``cond``, custom derivative rules) falls back to the array
             form automatically.  The Newton iterates are carried as tuples of scalars
             (``newton_solve(..., scalarize=True)``: one contiguous vector per unknown under
-            ``vmap``).  Measured (dt 1e-3, 2-core CPU, float64, ns per body-step, array →
-            scalar form): sleigh 1080 → 337 unbatched, 461 → 61 at batch 1024; ball on a
-            turntable 7150 → 3940 and 3470 → 309 (``benchmarks/bench_nonholonomic.py
-            --speed``).
+            ``vmap``).  ``geomjax bench scalarize`` compares the two forms.
         early_exit: stop the Newton iterations of the step velocity once they have converged
             (at most ``newton_iters``; :func:`~geomjax.integrators.newton.newton_solve`'s
             ``early_exit``: after the iteration whose relative update is below ``sqrt(eps)/10``
             (float32: ``4 eps``), where the next one would change nothing but round-off).  Default ``True``; the
             same results to round-off and the same derivatives.  At dt 1e-3 two iterations
-            reach round-off from the O(h²) seed, so the third is skipped.  Measured with
-            geomjax's XLA loop setting (2-core CPU, float64, ns per body-step, dt 1e-3, fixed
-            three iterations → early exit, one run of ``benchmarks/bench_nonholonomic.py
-            --speed``): sleigh unbatched 132 → 103, at batch 1024 50.8 → 44.6; ball on a
-            turntable 461 → 362 and 366 → 282 (the reduced-ODE RK4 of the same run: 73 / 73
-            and 80 / 97).  Not with ``chord`` (linear convergence) nor where the iterations
-            are unrolled (accelerators).
+            reach round-off from the O(h²) seed, so the third is skipped (``geomjax bench
+            nonholonomic --speed`` measures the gain).  Not with ``chord`` (linear convergence) nor
+            where the iterations are unrolled (accelerators).
     """
 
     retraction: Literal["cayley", "exp"] = eqx.field(static=True, default="cayley")

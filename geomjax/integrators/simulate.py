@@ -281,7 +281,7 @@ def step(system, state, dt, control=None, *rest, method: AbstractMethod | None =
 
     Called eagerly, the step is one compiled program, cached per system structure, method and
     shapes (``dt``, ``t``, the arrays of the system and the state are its inputs): later calls
-    take ~1 ms.  A system rebuilt with a new Python function (a fresh ``lambda`` potential on
+    only dispatch it.  A system rebuilt with a new Python function (a fresh ``lambda`` potential on
     every call) compiles again; build it once."""
     if isinstance(state, AbstractMethod):
         if method is not None:
@@ -389,7 +389,7 @@ def simulate(
     a carry holding more, NonholonomicVI's Newton seed, is rebuilt from the state at every saved
     block, ``AbstractMethod.carry_beyond_state``) when both use the same ``save_every`` and
     save at least two blocks each: the run's loops are compiled into one kernel
-    (:mod:`geomjax._xla`) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
+    (geomjax's loop setting, see *Sharp bits* in the documentation) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
     to the loops around the step, and XLA removes the loop over blocks of a one-block run (the
     loop over steps when ``save_every=1``), so runs compiled with another loop nest agree to
     round-off only.
@@ -776,15 +776,8 @@ def diagnostics(system, solution: Solution) -> dict[str, jax.Array]:
 
     Called eagerly, one compiled program per system structure and shapes, compiled with XLA:CPU's
     legacy elemental emitters (``xla_cpu_use_fusion_emitters=False``): it compiles in about half
-    the time with the same kernels.  Measured with ``benchmarks/bench_compile_options.py``
-    (2-core x86-64 CPU at load ~2, float64 unless stated; CPU time of the compile, default →
-    legacy; run time, legacy over default, median of 7 interleaved rounds of CPU time): free
-    body, 1e5 states 0.131 → 0.070 s (run ×0.95), the same in float32 0.135 → 0.073 s (×0.99);
-    heavy top, 1e4 states 0.157 → 0.096 s (×0.98); SE(3) body 0.365 → 0.214 s (×0.98); ball on
-    a turntable 0.301 → 0.164 s (×0.99); double pendulum (``LagrangianSystem``) 0.392 → 0.225 s
-    (×0.98); at load 5-7 the same ratios (compile ×0.52-0.60, run ×0.96-1.01).  The results
-    agree to round-off (bitwise in these runs; the double pendulum's differed by 3e-16 in a later
-    run at 2001 states, since the two emitters may contract operations differently).  Under a transformation (inside ``jit``, an eager
+    the time with the same kernels (``benchmarks/bench_compile_options.py`` measures both); the
+    results agree to round-off.  Under a transformation (inside ``jit``, an eager
     ``grad``) the program is compiled, or inlined, as the caller's."""
     return _diagnostics(system, solution.states, solution.ts)
 

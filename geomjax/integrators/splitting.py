@@ -38,7 +38,7 @@ class RigidBodySplitting(AbstractMethod):
             below only (as for :class:`geomjax.LGVI`).
         compensate: carry the momentum as ``Pi + Pi_lo`` and add each step's increment (the
             sum of the kicks' and the five sub-rotations' increments) with compensated
-            summation (:func:`geomjax.integrators._so3_soa.add_compensated`; the carry grows
+            summation (the carry grows
             from 12 to 15 entries, the saved states are unchanged), as
             :class:`geomjax.LGVI`'s ``compensate``.  ``None`` (default): in float32 and below.
             Without it, each of the five sub-rotations rounds ``Pi`` and the Casimir

@@ -584,10 +584,8 @@ class Impacts(_VariationalMethod):
     Build states with :meth:`make_state` (or let :func:`geomjax.simulate` pad ``lam``; a state
     resting on a surface gets its ``λ``).  :meth:`solve_step` also returns the impact time,
     impulses and the active contacts.  A step without crossing or release is one trial step
-    and skips the phase loop (``lax.cond``), whose control flow dominates the cost on XLA:CPU
-    (measured, ball in flight, dt 1e-4, float64, 2-core CPU under load, per ``solve_step``:
-    13.4 µs through the phase loop, 4.4 µs with the skip, 0.1 µs for the step itself; the
-    method before resting contact ~1 µs); under ``jax.vmap`` every branch runs.
+    and skips the phase loop (``lax.cond``), whose control flow dominates the cost on XLA:CPU;
+    under ``jax.vmap`` every branch runs.
     """
 
     surface: Callable

@@ -58,7 +58,7 @@ def check_spd(M, name: str, where: str, n: int | None = None):
 
     Eagerly: ``ValueError`` naming the argument for a wrong shape, asymmetry, non-finite entries
     or degeneracy: the pivot ratio ``ρ = min L_ii²/M_ii`` of the Cholesky factor not above
-    ``100·n·eps`` (:func:`geomjax._linalg.pivot_ratio`; the same decision on every machine, and
+    ``100·n·eps`` (the same decision on every machine, and
     scale invariant: an inertia × 1e-12 is as good as the inertia).  Traced (e.g. when a system is built inside a jitted loss): the
     same conditions compiled with :func:`equinox.error_if`.
     """
@@ -211,7 +211,7 @@ class AbstractLieGroupSystem(AbstractSystem):
     def velocity(self, mu) -> jax.Array:
         """Body velocity ``xi = I^{-1} mu``.
 
-        Written as ``inv(I) @ mu`` (:func:`geomjax._linalg.spd_inverse`): the inverse of the (unbatched, well-conditioned SPD) inertia is
+        Written as ``inv(I) @ mu``: the inverse of the (unbatched, well-conditioned SPD) inertia is
         then shared by a vmapped batch instead of one small LU factorization per batch member."""
         return spd_inverse(self.inertia_matrix()) @ mu
 
