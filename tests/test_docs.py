@@ -145,6 +145,58 @@ def check_control(ns):
     err = SO3.log(ns["R_goal"].T @ end.R)
     assert float(err @ err) < 1e-6
     assert float(jnp.linalg.norm(end.Pi)) < 1e-3
+    # second-order solve: converged, the torque limit active and held exactly
+    sol, problem = ns["sol"], ns["problem"]
+    assert sol.stop_reason == "converged" and float(jnp.abs(sol.controls).max()) == 1.0
+    assert sol.states.R.shape == (21, 3, 3) and sol.K.shape == (20, 3, 6)
+    # the controls re-simulated by another integrator (RKMK4, 10 substeps a node) end near R*
+    fine = gj.simulate(
+        problem.system,
+        gj.RKMK4(),
+        problem.state0,
+        0.02,
+        200,
+        controls=jnp.repeat(sol.controls, 10, 0),
+    ).final_state
+    assert float(jnp.linalg.norm(SO3.log(ns["target"].T @ fine.R))) < 0.05
+    assert float(jnp.max(jnp.abs(ns["again"].states.R - sol.states.R))) <= 1e-14
+    assert ns["warm"].stop_reason == "converged" and int(ns["warm"].iterations) == 1
+    al = ns["al"]  # the exact target: met by the re-simulated controls
+    assert al.stop_reason == "converged" and float(al.violation) <= 1e-6
+    end = gj.simulate(problem.system, gj.LGVI(), problem.state0, 0.2, 20, al.controls).final_state
+    assert float(jnp.linalg.norm(SO3.log(ns["target"].T @ end.R))) <= 1e-5
+    # MPC: the plant re-simulated with the applied controls gives the recorded states, and the
+    # target residual shrinks on the mismatched plant
+    res = ns["closed"]
+    replay = gj.simulate(ns["plant"], gj.RKMK4(), problem.state0, 0.2, 30, res.controls)
+    np.testing.assert_allclose(replay.states.R, res.states.R, atol=1e-12)
+    assert float(res.error[-1]) < 0.3 * float(res.error[0])
+    # the derivative of the optimum against central differences of re-solved problems
+    np.testing.assert_allclose(float(ns["dJ"]), float(ns["fd"]), rtol=1e-6)
+
+
+def check_choosing_an_optimizer(ns):
+    # iLQR, DDP and L-BFGS shooting reach one optimum; the trajectory optimizers in fewer
+    # iterations; the optimum is stationary (central differences of the rollout cost)
+    ilqr, ddp, lbfgs = ns["ilqr"], ns["ddp"], ns["lbfgs"]
+    assert ilqr.stop_reason == ddp.stop_reason == "converged"
+    np.testing.assert_allclose(float(ddp.cost), float(ilqr.cost), rtol=1e-9)
+    np.testing.assert_allclose(float(lbfgs.loss), float(ilqr.cost), rtol=1e-6)
+    assert int(ddp.iterations) <= int(ilqr.iterations) < int(lbfgs.iterations)
+    J = ns["jax"].jit(ns["shooting_cost"])
+    eps = 1e-6
+
+    def fd_grad(u):
+        return np.array(
+            [
+                (float(J(jnp.asarray(u + e))) - float(J(jnp.asarray(u - e)))) / (2 * eps)
+                for e in eps * np.eye(u.size).reshape(-1, *u.shape)
+            ]
+        )
+
+    g_opt, g_zero = fd_grad(np.asarray(ilqr.controls)), fd_grad(np.zeros(ilqr.controls.shape))
+    # the stop test bounds the expected improvement by 1e-10 (1 + J): |∇J| ≲ 1e-5 relative
+    assert np.abs(g_opt).max() < 1e-4 * np.abs(g_zero).max()
 
 
 def check_base_controlled(ns):
@@ -320,6 +372,7 @@ CHECKS = {
     "guides/nonholonomic.md": check_nonholonomic,
     "guides/variational.md": check_variational,
     "guides/control.md": check_control,
+    "guides/choosing-an-optimizer.md": check_choosing_an_optimizer,
     "guides/base-controlled.md": check_base_controlled,
 }
 
@@ -371,6 +424,7 @@ def test_every_page_with_code_has_a_check():
 # groups guide and the errors page (a fresh process each, 1.5-7 s on a loaded 2-core machine)
 LONG_PAGES = {
     "guides/control.md",
+    "guides/choosing-an-optimizer.md",
     "guides/base-controlled.md",
     "guides/variational.md",
     "guides/geometry.md",
