@@ -848,6 +848,12 @@ class Impacts(_VariationalMethod):
         tiny = jnp.finfo(dtype).tiny
         e = jnp.broadcast_to(jnp.asarray(self.restitution, dtype), (nc,))
         F = jax.jacfwd(lambda x: _contacts(self.surface, x))(q)
+        # impulses below √eps times the momentum scale are round-off (the tolerance of `closed`);
+        # the scale: the momentum before the impact, or the applied forces' impulse over a step
+        # (a body brought to rest by the impact, or at rest, has p ≈ 0)
+        f_app = system._free_rhs(t, q, system.velocity(q, state.p), u)[1]
+        pscale = _max_abs(state.p) + h_rest * _max_abs(f_app)
+        lam_tol = float(jnp.finfo(dtype).eps) ** 0.5 * pscale / (jnp.linalg.norm(F, axis=1) + tiny)
         C = jnp.concatenate([jax.jacfwd(self.constraint)(q), F]) if m else F
         closed = _contacts(self.surface, q) <= float(jnp.finfo(dtype).eps) ** 0.5 * self._scale(q)
         closed = closed | forced
@@ -901,8 +907,12 @@ class Impacts(_VariationalMethod):
             target = jnp.where(hit & ~rest, vplus, 0.0)
             sel = act | hit
             pp, Lam, r = solve(pm, vm, jnp.concatenate([hol, sel]), target)
-            # a contact that would pull (negative impulse) is not part of the impact
-            keep = sel & (Lam[m:] >= 0)
+            # a contact that would pull (negative impulse) is not part of the impact; negative
+            # beyond round-off (`lam_tol`): a contact that landed in an earlier round (or a
+            # located one already at zero normal speed) gets an impulse of round-off size and
+            # either sign, and dropping it for its sign would leave it closed, unconstrained
+            # and pushed through the surface by the next trial step, phase after phase
+            keep = sel & (Lam[m:] >= -lam_tol)
             pp, Lam, r = jax.lax.cond(
                 jnp.any(sel & ~keep),
                 lambda: solve(pm, vm, jnp.concatenate([hol, keep]), target),

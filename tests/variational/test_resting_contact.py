@@ -143,6 +143,50 @@ def test_rod_dropped_flat_and_tilted():
     )
 
 
+def test_rod_landing_end_stays_on_the_floor():
+    """The lower end of a nearly flat, slowly turning rod (θ = −2.8e-3, end 2 2e-6 above the
+    floor, v_y = −9.1e-3, θ̇ = 1.6e-2) hits within the step with an outgoing flight
+    2 e v_n / g ≈ 6e-4 < dt: it lands for good in the impact's first round.  The round that
+    follows gives the landed contact an impulse of round-off size; were it dropped for a negative
+    sign, the contact would be closed but unconstrained and the next trial step (gravity) would
+    push the end through the floor, phase after phase (the step's residual then reports the
+    penetration, 8.7e-7 before the fix).  Checked against the geometry: the step ends with end 2
+    resting (active, f_2 = 0 and zero normal velocity to round-off), end 1 above, and no
+    penetration."""
+    dt = 1e-3
+    st = ROD_IMPACTS.make_state(
+        ROD,
+        jnp.array([0.0, 0.00139592, -0.00278779]),
+        p=jnp.array([0.0, -0.0090995, 0.00136203]),
+    )
+    f0 = np.asarray(rod_ends(st.q))
+    assert f0[1] > 0 and f0[1] < 1e-5  # end 2 just above the floor: it hits within the step
+    new, res, info = eqx.filter_jit(ROD_IMPACTS.solve_step)(ROD, st, dt)
+    assert float(res) < 1e-12
+    f1 = np.asarray(rod_ends(new.q))
+    assert f1[0] > 1e-3 and abs(f1[1]) < 1e-15
+    assert np.asarray(info["active"]).tolist() == [False, True]
+    vn = jax.jacfwd(rod_ends)(new.q) @ ROD.velocity(new.q, new.p)
+    assert abs(float(vn[1])) < 1e-15
+    assert float(new.lam[1]) > 0
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("th0", [0.1, 0.2, -0.3])
+def test_tilted_rod_comes_to_rest_without_penetration(th0):
+    """A tilted rod dropped from rest rocks from end to end while its impacts accumulate and
+    comes to rest flat on both ends: every step's residual stays at round-off (no unresolved
+    crossing), no end goes below the floor beyond round-off, and the rest state is the static
+    one, θ = 0, y = 0, λ = (m g/2, m g/2) (equilibrium of forces and moments)."""
+    st = ROD_IMPACTS.make_state(ROD, jnp.array([0.0, 1.0, th0]), jnp.zeros(3))
+    sol = gj.simulate(ROD, ROD_IMPACTS, st, 1e-3, 3000)
+    assert float(sol.max_residual) < 1e-12
+    heights = np.asarray(jax.vmap(rod_ends)(sol.states.q))
+    assert heights.min() > -1e-14
+    np.testing.assert_allclose(np.asarray(sol.states.lam[-1]), G0 / 2, rtol=1e-12)
+    assert abs(float(sol.states.q[-1, 2])) < 1e-14 and abs(float(sol.states.q[-1, 1])) < 1e-14
+
+
 def cradle_reference(v, e, rounds=10):
     """Sequential pairwise impacts of equal balls in contact (x_i touching x_{i+1}): the
     textbook two-ball law v1⁺ = ((1 − e) v1 + (1 + e) v2)/2, v2⁺ = ((1 + e) v1 + (1 − e) v2)/2
