@@ -171,15 +171,58 @@ def test_rod_landing_end_stays_on_the_floor():
     assert float(new.lam[1]) > 0
 
 
+def test_landing_criterion_uses_the_acceleration_with_the_resting_contacts():
+    """The rod rests on end 1 (θ ≈ 2.7e-6, λ = (m g/4, 0)) and end 2 arrives at 7.8e-3 m/s with
+    e = 0.6.  Turning about the resting end, end 2 falls at 3g/2 (θ̈ = −(g/2)/(1/12 + 1/4)):
+    its outgoing flight 2 v⁺/(3g/2) ≈ 0.63 ms is shorter than the step (1 ms), so the impact is
+    the landing (module docstring's criterion, with the acceleration of the constrained
+    motion); judged with the free fall g, the flight (≈ 0.95 ms) would outlast the rest of the
+    step and end 2 would be hit again behind the surface within it.  Checked: one impact, both
+    ends resting at the end of the step, no penetration, the static λ = (m g/2, m g/2)."""
+    e, dt = 0.6, 1e-3
+    imp = gj.Impacts(rod_ends, restitution=e)
+    th = 1.35091685e-06
+    q = jnp.array([0.0, 0.5 * np.sin(th), th])  # end 1 on the floor
+    st = imp.make_state(ROD, q, p=jnp.array([0.0, -0.00389118, -0.00064853]))
+    assert np.asarray(st.lam[1]) == 0 and float(st.lam[0]) > 0  # end 1 rests, end 2 does not
+    vn2 = float((jax.jacfwd(rod_ends)(st.q) @ ROD.velocity(st.q, st.p))[1])
+    new, res, info = eqx.filter_jit(imp.solve_step)(ROD, st, dt)
+    t_imp = float(info["impact_time"])
+    vplus = e * (abs(vn2) + 1.5 * G0 * t_imp)  # arrival speed: + the pivot's 3g/2 until then
+    assert 2 * vplus / G0 > dt - t_imp  # free fall: the flight outlasts the step
+    assert 2 * vplus / (1.5 * G0) < dt  # turning about end 1: shorter than a step
+    assert int(info["n_impacts"]) == 1 and np.asarray(info["active"]).all()
+    assert float(res) < 1e-12 and float(jnp.min(rod_ends(new.q))) > -1e-15
+    np.testing.assert_allclose(np.asarray(new.lam), G0 / 2, rtol=1e-9)
+
+
 @pytest.mark.long
-@pytest.mark.parametrize("th0", [0.1, 0.2, -0.3])
-def test_tilted_rod_comes_to_rest_without_penetration(th0):
+@pytest.mark.parametrize(
+    "th0, e",
+    [
+        (0.1, 0.5),
+        (0.2, 0.5),
+        (-0.3, 0.5),
+        # drawn at random (tilt in ±0.7, e in [0.05, 0.9]): runs that ended behind the floor
+        # before the landing criterion used the acceleration with the resting contacts
+        (0.4127555772777217, 0.27456996589973837),
+        (0.10663577576717986, 0.6023746488161783),
+        (-0.46641442469453565, 0.5902755657606898),
+        # ... and before max_impacts defaulted to two per contact (three impacts in a step)
+        (-0.23837559690127097, 0.5539998653886414),
+        (0.6463200711293013, 0.21262533714862025),
+        # ... and before a located impact checked that no other contact had crossed first
+        (0.0871719278925992, 0.8084040934716465),
+    ],
+)
+def test_tilted_rod_comes_to_rest_without_penetration(th0, e):
     """A tilted rod dropped from rest rocks from end to end while its impacts accumulate and
     comes to rest flat on both ends: every step's residual stays at round-off (no unresolved
     crossing), no end goes below the floor beyond round-off, and the rest state is the static
     one, θ = 0, y = 0, λ = (m g/2, m g/2) (equilibrium of forces and moments)."""
-    st = ROD_IMPACTS.make_state(ROD, jnp.array([0.0, 1.0, th0]), jnp.zeros(3))
-    sol = gj.simulate(ROD, ROD_IMPACTS, st, 1e-3, 3000)
+    imp = gj.Impacts(rod_ends, restitution=jnp.asarray(e))  # an array: one compilation
+    st = imp.make_state(ROD, jnp.array([0.0, 1.0, th0]), jnp.zeros(3))
+    sol = gj.simulate(ROD, imp, st, 1e-3, 4000)
     assert float(sol.max_residual) < 1e-12
     heights = np.asarray(jax.vmap(rod_ends)(sol.states.q))
     assert heights.min() > -1e-14
@@ -323,6 +366,8 @@ def test_bad_input():
         )
     with pytest.raises(ValueError, match="'restitution'"):
         gj.Impacts(two, restitution=jnp.array([0.5, 1.2]))
+    with pytest.raises(ValueError, match="'max_impacts'"):
+        gj.Impacts(two, max_impacts=0)
     with pytest.raises(ValueError, match="'rest_speed'"):
         gj.Impacts(two, rest_speed=-1.0)
     with pytest.raises(ValueError, match="'jump_rounds'"):
