@@ -143,6 +143,13 @@ def test_rod_dropped_flat_and_tilted():
     )
 
 
+@eqx.filter_jit
+def _rod_step(impacts, state, dt):
+    """One step of the rod (the restitution an array: one compilation for the tests below)."""
+    return impacts.solve_step(ROD, state, dt)
+
+
+@pytest.mark.long  # one compilation of the rod's step, shared: ~5-12 s
 def test_rod_landing_end_stays_on_the_floor():
     """The lower end of a nearly flat, slowly turning rod (θ = −2.8e-3, end 2 2e-6 above the
     floor, v_y = −9.1e-3, θ̇ = 1.6e-2) hits within the step with an outgoing flight
@@ -161,7 +168,7 @@ def test_rod_landing_end_stays_on_the_floor():
     )
     f0 = np.asarray(rod_ends(st.q))
     assert f0[1] > 0 and f0[1] < 1e-5  # end 2 just above the floor: it hits within the step
-    new, res, info = eqx.filter_jit(ROD_IMPACTS.solve_step)(ROD, st, dt)
+    new, res, info = _rod_step(gj.Impacts(rod_ends, restitution=jnp.asarray(0.5)), st, dt)
     assert float(res) < 1e-12
     f1 = np.asarray(rod_ends(new.q))
     assert f1[0] > 1e-3 and abs(f1[1]) < 1e-15
@@ -171,6 +178,7 @@ def test_rod_landing_end_stays_on_the_floor():
     assert float(new.lam[1]) > 0
 
 
+@pytest.mark.long  # one compilation of the rod's step, shared: ~5-12 s
 def test_landing_criterion_uses_the_acceleration_with_the_resting_contacts():
     """The rod rests on end 1 (θ ≈ 2.7e-6, λ = (m g/4, 0)) and end 2 arrives at 7.8e-3 m/s with
     e = 0.6.  Turning about the resting end, end 2 falls at 3g/2 (θ̈ = −(g/2)/(1/12 + 1/4)):
@@ -180,13 +188,13 @@ def test_landing_criterion_uses_the_acceleration_with_the_resting_contacts():
     step and end 2 would be hit again behind the surface within it.  Checked: one impact, both
     ends resting at the end of the step, no penetration, the static λ = (m g/2, m g/2)."""
     e, dt = 0.6, 1e-3
-    imp = gj.Impacts(rod_ends, restitution=e)
+    imp = gj.Impacts(rod_ends, restitution=jnp.asarray(e))
     th = 1.35091685e-06
     q = jnp.array([0.0, 0.5 * np.sin(th), th])  # end 1 on the floor
     st = imp.make_state(ROD, q, p=jnp.array([0.0, -0.00389118, -0.00064853]))
     assert np.asarray(st.lam[1]) == 0 and float(st.lam[0]) > 0  # end 1 rests, end 2 does not
     vn2 = float((jax.jacfwd(rod_ends)(st.q) @ ROD.velocity(st.q, st.p))[1])
-    new, res, info = eqx.filter_jit(imp.solve_step)(ROD, st, dt)
+    new, res, info = _rod_step(imp, st, dt)
     t_imp = float(info["impact_time"])
     vplus = e * (abs(vn2) + 1.5 * G0 * t_imp)  # arrival speed: + the pivot's 3g/2 until then
     assert 2 * vplus / G0 > dt - t_imp  # free fall: the flight outlasts the step
