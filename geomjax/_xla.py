@@ -42,6 +42,15 @@ geomjax before you compute anything with JAX, or put
 in the environment before Python starts.  Nothing is changed if ``XLA_FLAGS`` already sets
 ``xla_backend_extra_options`` (yours win), or with ``GEOMJAX_XLA_FLAGS=0`` in the environment.
 The option belongs to the CPU backend (not tried on an accelerator: none was available).
+
+Without the setting (:func:`small_loops_in_effect` is false), the SO(3) kernel's Newton
+iterations of an unbatched step are unrolled rather than a rolled loop
+(:func:`geomjax.integrators.newton._unroll_scalar_iterations`): a step then has no loop inside
+and XLA's default threshold is met by ``simulate``'s inner loop of saved blocks.  Measured with
+``benchmarks/bench_import_order.py`` (free body, LGVI, 1e5 steps, batch 1, float64, 2-core CPU
+under load; late import relative to early import): saved every 100th step 3.05x -> 1.38x,
+saved every step 16.8x -> 6.9x (that loop's body, which also writes the saved state, stays over
+the 1 kB estimate).
 """
 
 from __future__ import annotations
@@ -49,7 +58,13 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["LATE_IMPORT_WARNING", "SMALL_LOOP_BYTES", "XLA_FLAG", "configure_xla_flags"]
+__all__ = [
+    "LATE_IMPORT_WARNING",
+    "SMALL_LOOP_BYTES",
+    "XLA_FLAG",
+    "configure_xla_flags",
+    "small_loops_in_effect",
+]
 
 #: The threshold geomjax sets (bytes touched by one iteration of a loop's body).
 SMALL_LOOP_BYTES = 1 << 24
@@ -96,7 +111,35 @@ def configure_xla_flags(environ=None) -> bool:
     return True
 
 
-if configure_xla_flags() and _backend_started():
+def _threshold_in(flags: str) -> bool:
+    """Whether ``flags`` raise the small-loop threshold (any value above XLA's default)."""
+    for word in flags.replace(",", " ").split():
+        key, _, value = word.rpartition("=")
+        if key.endswith("xla_cpu_small_while_loop_byte_threshold"):
+            try:
+                return int(value) > 1024
+            except ValueError:
+                return False
+    return False
+
+
+def small_loops_in_effect() -> bool:
+    """Whether this process's XLA:CPU runs with the raised small-loop threshold (as far as can be
+    told: the setting is in ``XLA_FLAGS`` and was there when JAX's backend started, or was set
+    by ``import geomjax`` before it started).  The SO(3) kernel's Newton iterations read it when
+    a program is traced (:func:`geomjax.integrators._so3_soa.cayley_solve_scalar`): without the
+    setting, a rolled loop is a loop of separately dispatched kernels, so they are unrolled."""
+    return _IN_EFFECT
+
+
+_before = os.environ.get("XLA_FLAGS", "")
+_started = _backend_started()
+_added = configure_xla_flags()
+# set before the process started (or before JAX's first computation: assumed), or set now and
+# the backend not yet started
+_IN_EFFECT = _threshold_in(_before) or (_added and not _started)
+
+if _added and _started:
     from ._warn import warn
 
     warn(LATE_IMPORT_WARNING, RuntimeWarning)

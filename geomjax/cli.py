@@ -22,6 +22,7 @@ BENCHMARKS = {
     "control": "bench_control.py",
     "scalarize": "bench_scalarize.py",
     "xla-loops": "bench_xla_loops.py",
+    "import-order": "bench_import_order.py",
     "float32": "bench_float32.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite

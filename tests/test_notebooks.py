@@ -3,8 +3,11 @@ default mode (the sizes a reader gets), and no implicit solve in it fails to con
 tier, ``make test-full``: minutes of compilation in all).
 
 The notebooks call ``Solution.check()`` on the solutions they show (a ``ConvergenceError``
-fails the execution); as a second guard, no output may carry the warning that
-``Solution.__repr__`` prints for a non-converged run, or a NaN in a printed check.
+fails the execution); as a second guard, after the last cell the test runs one more cell in
+the notebook's kernel that calls ``check()`` on every :class:`geomjax.Solution` the notebook
+left in its namespace (bound to a name, or an item of a list, tuple or dict bound to a name);
+and no output may carry the warning that ``Solution.__repr__`` prints for a non-converged run,
+or a NaN in a printed check.
 """
 
 import hashlib
@@ -45,6 +48,38 @@ def _texts(nb):
                 yield out["data"]["text/plain"]
 
 
+# run in the notebook's kernel after its last cell (not kept in the executed copy): every
+# Solution left in the namespace passes Solution.check() (max_residual within the default
+# tolerance, no NaN), whether or not the notebook checked it itself
+AUDIT = """
+def _geomjax_audit():
+    from geomjax import Solution
+    from geomjax.integrators.simulate import ConvergenceError
+
+    found, bad = [], []
+    for name, value in list(globals().items()):
+        if name.startswith("_"):
+            continue
+        items = [(name, value)]
+        if isinstance(value, (list, tuple)):
+            items += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, dict):
+            items += [(f"{name}[{k!r}]", v) for k, v in value.items()]
+        for label, obj in items:
+            if isinstance(obj, Solution):
+                found.append(label)
+                try:
+                    obj.check()
+                except ConvergenceError as err:
+                    bad.append(f"{label}: {err}")
+    print("geomjax audit: solutions checked:", ", ".join(found) or "none")
+    assert not bad, "not converged: " + "; ".join(bad)
+
+
+_geomjax_audit()
+"""
+
+
 # minutes of compilation in all (18-105 s of CPU each): the long tier, `make test-full`, runs
 # them (CI does, after `make test`, and `make docs` then reuses the executed copies)
 @pytest.mark.long
@@ -60,7 +95,12 @@ def test_notebook_runs_in_default_mode(path, tmp_path, monkeypatch):
     client = NotebookClient(
         nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
+    nb.cells.append(nbformat.v4.new_code_cell(AUDIT))
     client.execute()  # raises on any error, ConvergenceError from Solution.check() included
+    audit = nb.cells.pop()
+    assert "geomjax audit: solutions checked:" in "".join(
+        out.get("text", "") for out in audit.outputs
+    ), f"{path.name}: the audit of the solutions did not run"
     for text in _texts(nb):
         assert "not converged" not in text, f"{path.name}: a non-converged solve is shown:\n{text}"
         assert not re.search(r"\bnan\b", text, re.I), f"{path.name}: a NaN is printed:\n{text}"

@@ -139,3 +139,94 @@ def test_import_after_jax_computation_warns_with_cause_and_fix(tmp_path, order):
     message, filename, category = ours[0]
     assert filename == str(script) and category == "RuntimeWarning"
     assert "import geomjax before" in message and XLA_FLAG in message
+
+
+def test_threshold_detection():
+    """``_threshold_in`` recognizes the raised small-loop threshold in an ``XLA_FLAGS`` string
+    (geomjax's own entry or a user's), and not XLA's default or an unrelated option."""
+    from geomjax._xla import _threshold_in
+
+    assert _threshold_in(XLA_FLAG)
+    assert _threshold_in(f"--xla_cpu_enable_fast_math=false {XLA_FLAG}")
+    assert not _threshold_in("")
+    assert not _threshold_in(
+        "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=0"
+    )
+    assert not _threshold_in("--xla_cpu_enable_fast_math=false")
+
+
+def _has_while(jaxpr) -> bool:
+    return "while" in str(jaxpr)
+
+
+@pytest.mark.parametrize("in_effect", [True, False])
+def test_so3_newton_unrolled_exactly_when_the_setting_is_missing(monkeypatch, in_effect):
+    """The SO(3) kernel's Newton solve (LGVI's step on the free body): a rolled ``while`` loop
+    where the small-loop setting is in effect, unrolled (no loop inside the step) where it is
+    not and the step is unbatched; batched (``vmap``) it stays rolled either way.  Read when a
+    program is traced, so the jaxprs show it."""
+    import jax
+    import jax.numpy as jnp
+
+    import geomjax as gj
+    from geomjax import _xla
+
+    monkeypatch.setattr(_xla, "_IN_EFFECT", in_effect)
+    monkeypatch.delenv("GEOMJAX_NEWTON_UNROLL", raising=False)
+    body = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
+    s = gj.RigidBodyState(jnp.eye(3), jnp.array([0.8, -0.3, 1.1]))
+    lgvi = gj.LGVI()
+    one = jax.make_jaxpr(lambda s: lgvi.step(body, s, 0.01)[0])(s)
+    batch = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), s)
+    many = jax.make_jaxpr(jax.vmap(lambda s: lgvi.step(body, s, 0.01)[0]))(batch)
+    assert _has_while(one) == in_effect
+    assert _has_while(many)
+    monkeypatch.setenv("GEOMJAX_NEWTON_UNROLL", "0")  # forced rolled: the loop whatever the setting
+    assert _has_while(jax.make_jaxpr(lambda s: lgvi.step(body, s, 0.01)[0])(s))
+
+
+_ORDER = r"""
+import json, sys, warnings
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+if sys.argv[1] == "late":
+    jnp.ones(3).sum().block_until_ready()  # JAX's backend starts before import geomjax
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import geomjax as gj
+from geomjax._xla import small_loops_in_effect
+body = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
+s0 = gj.RigidBodyState(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])), jnp.array([0.8, -0.3, 1.1]))
+sol = gj.simulate(body, gj.LGVI(), s0, 0.01, 2000, save_every=100)
+print(json.dumps({"in_effect": small_loops_in_effect(),
+                  "R": sol.states.R.ravel().tolist(), "Pi": sol.states.Pi.ravel().tolist(),
+                  "max_residual": float(sol.max_residual)}))
+"""
+
+
+@pytest.mark.long
+def test_simulate_late_and_early_import_agree(tmp_path):
+    """The free body's ``simulate`` (LGVI, 2000 steps) in a process where geomjax is imported
+    first (the small-loop setting applies: the rolled Newton loop) and in one where JAX computed
+    first (it cannot: the unrolled iterations).  Different programs, so equal to round-off, not
+    bitwise (observed ~1e-15; asserted 1e-12), both converged; each process reports whether the
+    setting is in effect."""
+    script = tmp_path / "order.py"
+    script.write_text(_ORDER)
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS")}
+    env.pop("GEOMJAX_NEWTON_UNROLL", None)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    res = {}
+    for order in ("first", "late"):
+        out = subprocess.run(
+            [sys.executable, str(script), order], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        res[order] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["first"]["in_effect"] and not res["late"]["in_effect"]
+    for key in ("R", "Pi"):
+        diff = max(abs(a - b) for a, b in zip(res["first"][key], res["late"][key]))
+        assert diff <= 1e-12, (key, diff)
+    assert max(res[o]["max_residual"] for o in res) < 1e-12

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .._linalg import select_stack, solve3_scalars, stack_scalars, two_sum
-from .newton import _any_member, _unroll_iterations
+from .newton import _any_member, _unroll_scalar_iterations
 
 _BATCH_LAST = [False]
 
@@ -289,7 +289,10 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
     compositions, :class:`geomjax.ProcessedComposition`, at errors 1e-8..1e-10).
     An iteration costs ~25 flops and one division (the vector Newton's: the residual, the 3×3
     Jacobian and Cramer's rule, ~130 flops), a fixed count of them: a rolled loop on CPU (see
-    below), unrolled on accelerators (:func:`geomjax.integrators.newton._unroll_iterations`).
+    below), unrolled on accelerators, and on CPU for an unbatched solve when XLA's small-loop
+    setting is not in effect (geomjax imported after JAX's first computation: a rolled loop is
+    then a ``while`` of dispatched kernels in every step;
+    :func:`geomjax.integrators.newton._unroll_scalar_iterations`).
     The caller reports the residual of the vector equation at the returned ``x``.
 
     ``early_exit``: stop after the first iteration whose update has ``|Δdelta|² ≤ 0.01 eps``
@@ -297,7 +300,7 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
     ``x`` depends on ``delta`` through ``c = 1 + delta ≥ 1``, and the next update,
     ``~ K |Δdelta|²`` with ``K ~ (h|x|)² < 1``, would move ``x`` by less than round-off.
     Under ``jax.vmap`` the loop runs while any member goes on (every member
-    iterates).  Only where the iterations are a rolled loop (CPU)."""
+    iterates).  Only where the iterations are a rolled loop."""
     hh, q4 = 0.5 * h, 0.25 * h * h
     # divisions by I and det I (not products with precomputed inverses): under
     # ReversibleAdjoint the parameter-only values of a step are hoisted out of the backward
@@ -333,7 +336,7 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
         fp = c2 * p2 + d * c * p * (2.0 * p + 4.0 * c2) - q4 * dN2
         return d - f / fp
 
-    if not _unroll_iterations():
+    if not _unroll_scalar_iterations(d):
         # a rolled loop on CPU: its carry materializes the root once; unrolled, XLA:CPU's
         # fusion recomputed the whole chain of iterations inside the kernel of each of the
         # three components of x (batch 1024, float64: 69 -> 49 ns per body-step; the same

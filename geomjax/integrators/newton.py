@@ -128,6 +128,37 @@ def _unroll_iterations() -> bool:
     return jax.default_backend() != "cpu"
 
 
+def _unroll_scalar_iterations(x) -> bool:
+    """Unroll a scalar iteration (the SO(3) kernel's Newton solve) here?  As
+    :func:`_unroll_iterations`, and on CPU also when XLA's small-loop setting is not in effect
+    in this process (:func:`geomjax._xla.small_loops_in_effect`: geomjax imported after JAX's
+    first computation, or opted out) and ``x`` is one unbatched scalar: a rolled loop is then
+    a ``while`` of separately dispatched kernels inside every step, which costs more than the
+    iterations' few dozen flops (the free body's LGVI, 1e5 steps saved every 100th, 2-core
+    CPU, no setting: 27-29 ms rolled, 8-15 ms unrolled; with the setting 6 ms rolled).  Batched
+    (vmapped) iterates stay rolled: unrolled, XLA:CPU's fusion recomputes the chain of
+    iterations in every output kernel (batch 1024: 91 -> 203 ms)."""
+    forced = os.environ.get("GEOMJAX_NEWTON_UNROLL", "auto").strip().lower()
+    if forced in ("1", "true", "unrolled", "0", "false", "rolled") or _unroll_iterations():
+        return _unroll_iterations()
+    from .._xla import small_loops_in_effect
+
+    return not small_loops_in_effect() and jnp.ndim(x) == 0 and not _batch_traced(x)
+
+
+def _batch_traced(x) -> bool:
+    """Whether ``x`` is (derived from) a value batched by ``jax.vmap`` at this trace."""
+    try:
+        from jax._src.interpreters.batching import BatchTracer
+    except ImportError:  # pragma: no cover - jax internals moved: treat as batched (rolled)
+        return True
+    while isinstance(x, jax.core.Tracer):
+        if isinstance(x, BatchTracer):
+            return True
+        x = getattr(x, "primal", None)  # through forward-mode tracers
+    return False
+
+
 def _max_abs_leaves(tree):
     # a chain of elementwise maxima (no stacking kernel for a tuple of scalars)
     return functools.reduce(

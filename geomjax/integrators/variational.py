@@ -61,10 +61,10 @@ holonomic constraints (inner RATTLE) the jump also keeps ``G(q) q̇⁺ = 0`` (im
 (``ds/dθ = −∂φ/∂θ / φ'``) away from grazing contacts (``φ' → 0``).
 
 **Accumulation and resting contact** (:class:`Impacts`): an impact whose outgoing flight
-``2 v⁺/|a_n|`` would be shorter than one step (``a_n`` the normal acceleration of the free
-motion) is plastic and turns the contact into a constraint ``f_i(q) = 0`` of RATTLE's position
-and velocity steps with multiplier ``λ_i ≥ 0``; it is released when its impulse would be
-negative.  Several contacts (``f`` with values ``(nc,)``) take the simultaneous Newton law.
+``2 v⁺/|a_n|`` would be shorter than one step (``a_n`` the normal acceleration of the motion
+with the holonomic constraints and the contacts already resting) is plastic and turns the
+contact into a constraint ``f_i(q) = 0`` of RATTLE's position and velocity steps with
+multiplier ``λ_i ≥ 0``; it is released when its impulse would be negative.  Several contacts (``f`` with values ``(nc,)``) take the simultaneous Newton law.
 
 **Higher order**: both DEL and RATTLE are symmetric (``symmetric = True``, with forces too), so
 :class:`~geomjax.Composition` composes them (e.g. ``Composition(DiscreteEulerLagrange(),
@@ -535,13 +535,15 @@ class Impacts(_VariationalMethod):
     **Accumulation and resting contact.**  A ball dropped on the floor with ``e < 1`` bounces
     infinitely often before ``t* = t₁ (1 + 2e/(1 − e))`` (Zeno).  At an impact whose outgoing
     normal speed ``v⁺ = e |df·q̇⁻|`` would give a flight ``2 v⁺ / |a_n|`` shorter than one step
-    ``h`` (``a_n = d²f/dt²`` the normal acceleration of the free motion, ``< 0`` when pushed
-    onto the surface), or with ``v⁺ ≤ rest_speed``, the impact is plastic (``df·q̇⁺ = 0``) and
-    the contact becomes a constraint: steps then run RATTLE's position/velocity solves
-    (the inner method's discrete Lagrangian) with ``f_i(q) = 0`` added, i.e. the unilateral
-    constraint with multiplier ``λ_i ≥ 0`` (contact force ``λ_i df_i``).  The contact releases
-    when its step impulse would be negative (it would pull), and the step is redone without it
-    (Signorini / Moreau's active-set rule).  The remaining hops, all shorter than a step, are
+    ``h`` (``a_n = d²f/dt²`` the normal acceleration of the motion with the holonomic
+    constraints and the other contacts already resting — a rod turning about a resting end
+    drops its other end at ``3g/2``, not ``g`` —, ``< 0`` when pushed onto the surface), or
+    with ``v⁺ ≤ rest_speed``, the impact is plastic (``df·q̇⁺ = 0``) and the contact becomes
+    a constraint: steps then run RATTLE's position/velocity solves (the inner method's discrete
+    Lagrangian) with ``f_i(q) = 0`` added, i.e. the unilateral constraint with multiplier
+    ``λ_i ≥ 0`` (contact force ``λ_i df_i``).  The contact releases when its step impulse would
+    be negative (it would pull), and the step is redone without it (Signorini / Moreau's
+    active-set rule).  The remaining hops, all shorter than a step, are
     merged: the height error is below ``|a_n| h²/8`` and the rest time is within
     ``h/(1 − e)`` of ``t*``; impact times before are those of the closed form.
 
@@ -570,10 +572,12 @@ class Impacts(_VariationalMethod):
             resting contact (default 0: only the accumulation criterion above).
         root_iters: safeguarded Newton iterations locating the impact instant (default 8),
             plus one implicit-function step that carries the derivatives.
-        max_impacts: impacts resolved per step (default 2, static; with the accumulation
-            criterion a single contact has at most a bounce and a landing per step); a further
-            crossing is not resolved and shows as a positive ``StepStats.residual``
-            (relative penetration) — reduce ``dt`` or raise ``max_impacts``.
+        max_impacts: impacts resolved per step (static; default two per contact: with the
+            accumulation criterion a single contact has at most a bounce and a landing per
+            step, and a rod chattering on its two ends alternates between them, three impacts
+            in a step seen); a further crossing is not resolved and shows as a positive
+            ``StepStats.residual`` (relative penetration) — reduce ``dt`` or raise
+            ``max_impacts``.
         jump_iters: Newton steps of each jump's saddle system (default 1: exact for
             Lagrangians quadratic in ``q̇``).
         jump_rounds: rounds of the impact law at one instant (default: the number of
@@ -593,7 +597,7 @@ class Impacts(_VariationalMethod):
     method: AbstractMethod = DiscreteEulerLagrange()
     rest_speed: float | jax.Array = 0.0
     root_iters: int = eqx.field(static=True, default=8)
-    max_impacts: int = eqx.field(static=True, default=2)
+    max_impacts: int | None = eqx.field(static=True, default=None)
     jump_iters: int = eqx.field(static=True, default=1)
     jump_rounds: int | None = eqx.field(static=True, default=None)
     order: ClassVar[int] = 2
@@ -611,12 +615,9 @@ class Impacts(_VariationalMethod):
                 f"{where}: argument 'method' must be DiscreteEulerLagrange, RATTLE or a "
                 f"Composition of either, got {type(self.method).__name__}"
             )
-        _check_iters(
-            where,
-            root_iters=self.root_iters,
-            max_impacts=self.max_impacts,
-            jump_iters=self.jump_iters,
-        )
+        _check_iters(where, root_iters=self.root_iters, jump_iters=self.jump_iters)
+        if self.max_impacts is not None:
+            _check_iters(where, max_impacts=self.max_impacts)
         if self.jump_rounds is not None:
             _check_iters(where, jump_rounds=self.jump_rounds)
         e = self.restitution
@@ -846,6 +847,12 @@ class Impacts(_VariationalMethod):
         tiny = jnp.finfo(dtype).tiny
         e = jnp.broadcast_to(jnp.asarray(self.restitution, dtype), (nc,))
         F = jax.jacfwd(lambda x: _contacts(self.surface, x))(q)
+        # impulses below √eps times the momentum scale are round-off (the tolerance of `closed`);
+        # the scale: the momentum before the impact, or the applied forces' impulse over a step
+        # (a body brought to rest by the impact, or at rest, has p ≈ 0)
+        f_app = system._free_rhs(t, q, system.velocity(q, state.p), u)[1]
+        pscale = _max_abs(state.p) + h_rest * _max_abs(f_app)
+        lam_tol = float(jnp.finfo(dtype).eps) ** 0.5 * pscale / (jnp.linalg.norm(F, axis=1) + tiny)
         C = jnp.concatenate([jax.jacfwd(self.constraint)(q), F]) if m else F
         closed = _contacts(self.surface, q) <= float(jnp.finfo(dtype).eps) ** 0.5 * self._scale(q)
         closed = closed | forced
@@ -854,11 +861,12 @@ class Impacts(_VariationalMethod):
         def fc(x):
             return _contacts(self.surface, x)
 
-        def acc(v):
-            # acceleration of the motion without contacts: the landing criterion's a_n
-            if m:
-                return system.constrained_acceleration(t, q, v, self.constraint, u)[0]
-            return system.acceleration(t, q, v, u)
+        def acc(v, act):
+            # the landing criterion's a_n: acceleration of the motion with the holonomic
+            # constraints and the contacts that stay active (a rod turning about a resting end:
+            # its other end falls at 3g/2, not g, and a flight judged with g would end behind
+            # the surface within the step); the free motion when none is active
+            return _node_multipliers(system, t, q, v, u, self._cons, jnp.concatenate([hol, act]))[0]
 
         rounds = nc if self.jump_rounds is None else self.jump_rounds
 
@@ -893,14 +901,18 @@ class Impacts(_VariationalMethod):
             vn = F @ vm
             hit = closed & ~act & ((vn < 0) | (forced & (i == 0)))
             vplus = e * jnp.maximum(-vn, 0.0)
-            an = F @ acc(vm) + jax.jvp(lambda x: jax.jvp(fc, (x,), (vm,))[1], (q,), (vm,))[1]
+            an = F @ acc(vm, act) + jax.jvp(lambda x: jax.jvp(fc, (x,), (vm,))[1], (q,), (vm,))[1]
             flight = 2.0 * vplus / jnp.maximum(-an, tiny)
             rest = hit & ((vplus <= self.rest_speed) | ((an < 0) & (flight < h_rest)))
             target = jnp.where(hit & ~rest, vplus, 0.0)
             sel = act | hit
             pp, Lam, r = solve(pm, vm, jnp.concatenate([hol, sel]), target)
-            # a contact that would pull (negative impulse) is not part of the impact
-            keep = sel & (Lam[m:] >= 0)
+            # a contact that would pull (negative impulse) is not part of the impact; negative
+            # beyond round-off (`lam_tol`): a contact that landed in an earlier round (or a
+            # located one already at zero normal speed) gets an impulse of round-off size and
+            # either sign, and dropping it for its sign would leave it closed, unconstrained
+            # and pushed through the surface by the next trial step, phase after phase
+            keep = sel & (Lam[m:] >= -lam_tol)
             pp, Lam, r = jax.lax.cond(
                 jnp.any(sel & ~keep),
                 lambda: solve(pm, vm, jnp.concatenate([hol, keep]), target),
@@ -936,7 +948,8 @@ class Impacts(_VariationalMethod):
         The step is a sequence of phases (one traced body): a trial step of the remaining time
         with the active contacts; then either a release (a contact whose impulse would be
         negative leaves the active set and the trial is redone), or an impact (root located,
-        the next phase steps to it and applies the impact map), or acceptance."""
+        the next phase steps to it and applies the impact map; a contact found behind the
+        surface at that instant crossed first and is located instead), or acceptance."""
         dtype = state.q.dtype
         h = jnp.asarray(dt, dtype)
         t = jnp.asarray(t, dtype)
@@ -947,7 +960,8 @@ class Impacts(_VariationalMethod):
         short = jnp.shape(state.lam) == (m,)
         if short:
             state = self._resting_lam(system, state, t, control)
-        n_phases = 2 * self.max_impacts + nc + 1
+        max_impacts = 2 * nc if self.max_impacts is None else self.max_impacts
+        n_phases = 2 * max_impacts + nc + 1
         none = jnp.zeros((nc,), bool)
 
         def phase(i, c):
@@ -959,6 +973,12 @@ class Impacts(_VariationalMethod):
             release = act & (Lc < 0) & ~last
             f0, f1 = _contacts(self.surface, st.q), _contacts(self.surface, new.q)
             cross = ~act & (f1 < 0) & ~last
+            # a located impact whose instant finds another contact already behind the surface
+            # beyond the tolerance of `closed`: that one crossed earlier (the linear guess in
+            # `hit` ranks nonlinear crossings wrongly, e.g. the far end of a turning rod), so it
+            # is located within [0, size] instead
+            tol_c = float(jnp.finfo(dtype).eps) ** 0.5 * self._scale(new.q)
+            earlier = pending & go & ~act & ~forced & (f1 < -tol_c) & ~last
 
             def impact(_):
                 st_c = jax.tree.map(lambda a, b: jnp.where(go, a, b), new, st)
@@ -986,11 +1006,13 @@ class Impacts(_VariationalMethod):
             def hit(_):
                 # the earliest crossing by linear interpolation; a contact already closed at
                 # the start (f0 <= 0) is hit at once
-                s_lin = jnp.where(cross, jnp.maximum(f0, 0.0) / (f0 - f1), jnp.inf)
+                first = jnp.any(earlier)
+                cand, span = jnp.where(first, earlier, cross), jnp.where(first, size, r)
+                s_lin = jnp.where(cand, jnp.maximum(f0, 0.0) / (f0 - f1), jnp.inf)
                 j = jnp.argmin(s_lin)
                 s = jax.lax.cond(
                     f0[j] > 0,
-                    lambda: self._locate(system, st, r, f0[j], f1[j], control, tc, act, j),
+                    lambda: self._locate(system, st, span, f0[j], f1[j], control, tc, act, j),
                     lambda: zero,
                 )
                 return st, r, tc, res, t_imp, imp, k, act, True, s, jnp.arange(nc) == j
@@ -1011,9 +1033,13 @@ class Impacts(_VariationalMethod):
                 )
 
             which = jnp.where(
-                pending & ~last,
-                0,
-                jnp.where(jnp.any(release), 1, jnp.where(jnp.any(cross), 2, 3)),
+                jnp.any(earlier),
+                2,
+                jnp.where(
+                    pending & ~last,
+                    0,
+                    jnp.where(jnp.any(release), 1, jnp.where(jnp.any(cross), 2, 3)),
+                ),
             )
             return jax.lax.switch(which, [impact, let_go, hit, accept], None)
 

@@ -141,10 +141,16 @@ def test_composition_same_run_and_residual_reported():
     assert float(b.max_residual) < 4e-15
 
 
-def test_no_vector_newton_iterations_in_the_step():
+def test_no_vector_newton_iterations_in_the_step(monkeypatch):
     """The step runs no iteration of the vector Newton (no loop: newton_solve only evaluates
     the residual at the scalar root and differentiates) and at most ``newton_iters`` scalar
-    ones; the former solver's step holds its early-exit loop of vector iterations."""
+    ones; the former solver's step holds its early-exit loop of vector iterations.  With XLA's
+    small-loop setting in effect (the rolled scalar loop; without it the scalar iterations are
+    unrolled, tests/test_xla_flags.py)."""
+    from geomjax import _xla
+
+    monkeypatch.setattr(_xla, "_IN_EFFECT", True)
+    monkeypatch.delenv("GEOMJAX_NEWTON_UNROLL", raising=False)
     system = SYSTEMS["free"](jnp.float64)
     s0 = system.make_state(R0, PI0)
 

@@ -143,6 +143,101 @@ def test_rod_dropped_flat_and_tilted():
     )
 
 
+@eqx.filter_jit
+def _rod_step(impacts, state, dt):
+    """One step of the rod (the restitution an array: one compilation for the tests below)."""
+    return impacts.solve_step(ROD, state, dt)
+
+
+@pytest.mark.long  # one compilation of the rod's step, shared: ~5-12 s
+def test_rod_landing_end_stays_on_the_floor():
+    """The lower end of a nearly flat, slowly turning rod (θ = −2.8e-3, end 2 2e-6 above the
+    floor, v_y = −9.1e-3, θ̇ = 1.6e-2) hits within the step with an outgoing flight
+    2 e v_n / g ≈ 6e-4 < dt: it lands for good in the impact's first round.  The round that
+    follows gives the landed contact an impulse of round-off size; were it dropped for a negative
+    sign, the contact would be closed but unconstrained and the next trial step (gravity) would
+    push the end through the floor, phase after phase (the step's residual then reports the
+    penetration, 8.7e-7 before the fix).  Checked against the geometry: the step ends with end 2
+    resting (active, f_2 = 0 and zero normal velocity to round-off), end 1 above, and no
+    penetration."""
+    dt = 1e-3
+    st = ROD_IMPACTS.make_state(
+        ROD,
+        jnp.array([0.0, 0.00139592, -0.00278779]),
+        p=jnp.array([0.0, -0.0090995, 0.00136203]),
+    )
+    f0 = np.asarray(rod_ends(st.q))
+    assert f0[1] > 0 and f0[1] < 1e-5  # end 2 just above the floor: it hits within the step
+    new, res, info = _rod_step(gj.Impacts(rod_ends, restitution=jnp.asarray(0.5)), st, dt)
+    assert float(res) < 1e-12
+    f1 = np.asarray(rod_ends(new.q))
+    assert f1[0] > 1e-3 and abs(f1[1]) < 1e-15
+    assert np.asarray(info["active"]).tolist() == [False, True]
+    vn = jax.jacfwd(rod_ends)(new.q) @ ROD.velocity(new.q, new.p)
+    assert abs(float(vn[1])) < 1e-15
+    assert float(new.lam[1]) > 0
+
+
+@pytest.mark.long  # one compilation of the rod's step, shared: ~5-12 s
+def test_landing_criterion_uses_the_acceleration_with_the_resting_contacts():
+    """The rod rests on end 1 (θ ≈ 2.7e-6, λ = (m g/4, 0)) and end 2 arrives at 7.8e-3 m/s with
+    e = 0.6.  Turning about the resting end, end 2 falls at 3g/2 (θ̈ = −(g/2)/(1/12 + 1/4)):
+    its outgoing flight 2 v⁺/(3g/2) ≈ 0.63 ms is shorter than the step (1 ms), so the impact is
+    the landing (module docstring's criterion, with the acceleration of the constrained
+    motion); judged with the free fall g, the flight (≈ 0.95 ms) would outlast the rest of the
+    step and end 2 would be hit again behind the surface within it.  Checked: one impact, both
+    ends resting at the end of the step, no penetration, the static λ = (m g/2, m g/2)."""
+    e, dt = 0.6, 1e-3
+    imp = gj.Impacts(rod_ends, restitution=jnp.asarray(e))
+    th = 1.35091685e-06
+    q = jnp.array([0.0, 0.5 * np.sin(th), th])  # end 1 on the floor
+    st = imp.make_state(ROD, q, p=jnp.array([0.0, -0.00389118, -0.00064853]))
+    assert np.asarray(st.lam[1]) == 0 and float(st.lam[0]) > 0  # end 1 rests, end 2 does not
+    vn2 = float((jax.jacfwd(rod_ends)(st.q) @ ROD.velocity(st.q, st.p))[1])
+    new, res, info = _rod_step(imp, st, dt)
+    t_imp = float(info["impact_time"])
+    vplus = e * (abs(vn2) + 1.5 * G0 * t_imp)  # arrival speed: + the pivot's 3g/2 until then
+    assert 2 * vplus / G0 > dt - t_imp  # free fall: the flight outlasts the step
+    assert 2 * vplus / (1.5 * G0) < dt  # turning about end 1: shorter than a step
+    assert int(info["n_impacts"]) == 1 and np.asarray(info["active"]).all()
+    assert float(res) < 1e-12 and float(jnp.min(rod_ends(new.q))) > -1e-15
+    np.testing.assert_allclose(np.asarray(new.lam), G0 / 2, rtol=1e-9)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize(
+    "th0, e",
+    [
+        (0.1, 0.5),
+        (0.2, 0.5),
+        (-0.3, 0.5),
+        # drawn at random (tilt in ±0.7, e in [0.05, 0.9]): runs that ended behind the floor
+        # before the landing criterion used the acceleration with the resting contacts
+        (0.4127555772777217, 0.27456996589973837),
+        (0.10663577576717986, 0.6023746488161783),
+        (-0.46641442469453565, 0.5902755657606898),
+        # ... and before max_impacts defaulted to two per contact (three impacts in a step)
+        (-0.23837559690127097, 0.5539998653886414),
+        (0.6463200711293013, 0.21262533714862025),
+        # ... and before a located impact checked that no other contact had crossed first
+        (0.0871719278925992, 0.8084040934716465),
+    ],
+)
+def test_tilted_rod_comes_to_rest_without_penetration(th0, e):
+    """A tilted rod dropped from rest rocks from end to end while its impacts accumulate and
+    comes to rest flat on both ends: every step's residual stays at round-off (no unresolved
+    crossing), no end goes below the floor beyond round-off, and the rest state is the static
+    one, θ = 0, y = 0, λ = (m g/2, m g/2) (equilibrium of forces and moments)."""
+    imp = gj.Impacts(rod_ends, restitution=jnp.asarray(e))  # an array: one compilation
+    st = imp.make_state(ROD, jnp.array([0.0, 1.0, th0]), jnp.zeros(3))
+    sol = gj.simulate(ROD, imp, st, 1e-3, 4000)
+    assert float(sol.max_residual) < 1e-12
+    heights = np.asarray(jax.vmap(rod_ends)(sol.states.q))
+    assert heights.min() > -1e-14
+    np.testing.assert_allclose(np.asarray(sol.states.lam[-1]), G0 / 2, rtol=1e-12)
+    assert abs(float(sol.states.q[-1, 2])) < 1e-14 and abs(float(sol.states.q[-1, 1])) < 1e-14
+
+
 def cradle_reference(v, e, rounds=10):
     """Sequential pairwise impacts of equal balls in contact (x_i touching x_{i+1}): the
     textbook two-ball law v1⁺ = ((1 − e) v1 + (1 + e) v2)/2, v2⁺ = ((1 + e) v1 + (1 − e) v2)/2
@@ -279,6 +374,8 @@ def test_bad_input():
         )
     with pytest.raises(ValueError, match="'restitution'"):
         gj.Impacts(two, restitution=jnp.array([0.5, 1.2]))
+    with pytest.raises(ValueError, match="'max_impacts'"):
+        gj.Impacts(two, max_impacts=0)
     with pytest.raises(ValueError, match="'rest_speed'"):
         gj.Impacts(two, rest_speed=-1.0)
     with pytest.raises(ValueError, match="'jump_rounds'"):
