@@ -20,6 +20,8 @@ BENCHMARKS = {
     "variational": "bench_variational.py",
     "reconstruction": "bench_reconstruction.py",
     "control": "bench_control.py",
+    "trajopt": "bench_trajopt.py",
+    "online-mpc": "bench_online_mpc.py",
     "scalarize": "bench_scalarize.py",
     "xla-loops": "bench_xla_loops.py",
     "import-order": "bench_import_order.py",

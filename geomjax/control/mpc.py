@@ -398,7 +398,6 @@ class MPCPlan(eqx.Module):
 
 @eqx.filter_jit
 def _online_step(problem, controller, plan, x, t):
-    t = jnp.asarray(t, problem.dtype)
     u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
     return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost)
 
@@ -482,4 +481,6 @@ class OnlineMPC(eqx.Module):
                 "OnlineMPC.step: argument 'state' must have the structure, shapes and dtypes of "
                 f"the problem's state0 {_structure(self.problem.state0)}, got {_structure(state)}"
             )
+        # an array, not a Python float: a new time must not be a new program
+        t = jnp.asarray(t, self.problem.dtype)
         return _online_step(self.problem, self.controller, plan, state, t)
