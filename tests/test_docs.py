@@ -199,6 +199,17 @@ def check_choosing_an_optimizer(ns):
     assert np.abs(g_opt).max() < 1e-4 * np.abs(g_zero).max()
 
 
+def check_api_control(ns):
+    # warm-started at the optimum, the first online tick's solve stops at once and applies the
+    # optimum's first control; the next ticks stay near the open-loop plan (model = plant);
+    # L-BFGS shooting reaches the cost of the trajectory optimizer
+    sol, x = ns["sol"], ns["x"]
+    np.testing.assert_allclose(ns["applied"][0], sol.controls[0], atol=1e-12)
+    assert float(jnp.abs(x.R - sol.states.R[3]).max()) < 0.05
+    assert ns["res"].stop_reason in ("converged", "gtol", "max_iters")
+    np.testing.assert_allclose(float(ns["res"].loss), float(sol.cost), rtol=1e-6)
+
+
 def check_base_controlled(ns):
     # a small shape loop turns the body by exp(−F·area) (to O(ε³))
     w = ns["gj"].SO3.log(ns["turns"][0])
@@ -358,6 +369,7 @@ CHECKS = {
     "api/integrators.md": check_api_integrators,
     "api/riemann.md": check_api_riemann,
     "api/variational.md": check_api_variational,
+    "api/control.md": check_api_control,
     "guides/choosing-an-integrator.md": check_choosing_an_integrator,
     "guides/choosing-a-gradient.md": check_choosing_a_gradient,
     "sharp-bits.md": check_sharp_bits,
@@ -440,6 +452,7 @@ LONG_PAGES = {
     "api/integrators.md",
     "api/riemann.md",
     "api/variational.md",
+    "api/control.md",
 }
 
 
