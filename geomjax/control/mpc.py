@@ -215,6 +215,25 @@ def _default_error(problem):
     return None
 
 
+def _checked(where, problem, controller):
+    """The model problem (over the controller's horizon) and the settings, checked."""
+    if not isinstance(problem, OptimalControlProblem):
+        raise ValueError(
+            f"{where}: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
+        )
+    if problem.constrained:
+        raise ValueError(
+            f"{where}: argument 'problem' has path/terminal constraints; the receding-horizon "
+            "solves take bounds and costs only (state the target as a terminal cost)"
+        )
+    controller = MPC() if controller is None else controller
+    if not isinstance(controller, MPC):
+        raise ValueError(f"{where}: argument 'controller' must be an MPC, got {controller!r}")
+    if controller.horizon is not None:
+        problem = _with_horizon(problem, int(controller.horizon))
+    return problem, controller
+
+
 # --- the closed loop --------------------------------------------------------------------------------
 def _structure(x):
     return jax.tree_util.tree_structure(x), [
@@ -296,22 +315,9 @@ def run_mpc(
     ``disturbance``/``error`` as ``equinox.Module`` values with array fields (not new lambdas) to
     change their values without recompiling."""
     where = "run_mpc"
-    if not isinstance(problem, OptimalControlProblem):
-        raise ValueError(
-            f"{where}: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
-        )
-    if problem.constrained:
-        raise ValueError(
-            f"{where}: argument 'problem' has path/terminal constraints; the receding-horizon "
-            "solves take bounds and costs only (state the target as a terminal cost)"
-        )
-    controller = MPC() if controller is None else controller
-    if not isinstance(controller, MPC):
-        raise ValueError(f"{where}: argument 'controller' must be an MPC, got {controller!r}")
+    problem, controller = _checked(where, problem, controller)
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"{where}: argument 'steps' must be a positive int, got {steps!r}")
-    if controller.horizon is not None:
-        problem = _with_horizon(problem, int(controller.horizon))
     plant_system = problem.system if plant_system is None else plant_system
     plant_method = problem.method if plant_method is None else plant_method
     if not isinstance(plant_method, AbstractMethod):
@@ -432,22 +438,7 @@ class OnlineMPC(eqx.Module):
     controller: MPC
 
     def __init__(self, problem: OptimalControlProblem, controller: MPC | None = None):
-        where = "OnlineMPC"
-        if not isinstance(problem, OptimalControlProblem):
-            raise ValueError(
-                f"{where}: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
-            )
-        if problem.constrained:
-            raise ValueError(
-                f"{where}: argument 'problem' has path/terminal constraints; the receding-horizon "
-                "solves take bounds and costs only (state the target as a terminal cost)"
-            )
-        controller = MPC() if controller is None else controller
-        if not isinstance(controller, MPC):
-            raise ValueError(f"{where}: argument 'controller' must be an MPC, got {controller!r}")
-        if controller.horizon is not None:
-            problem = _with_horizon(problem, int(controller.horizon))
-        self.problem, self.controller = problem, controller
+        self.problem, self.controller = _checked("OnlineMPC", problem, controller)
 
     def init(self, us=None) -> MPCPlan:
         """The plan before the first step: ``us`` ``(N, m)`` as the first warm start (e.g. an
