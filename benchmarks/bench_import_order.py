@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
-from common import fast_mode, machine_info, print_table, write_json
+from common import fast_mode, machine_info, print_table, run_child_json, write_json
 
 CONFIGS = {
     "early": {},
@@ -69,11 +68,7 @@ def child(fast):
 
 def _run_child(fast, extra):
     drop = ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_NEWTON_UNROLL", "GEOMJAX_BENCH_LATE")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(extra)
-    args = [sys.executable, __file__, "--child"] + (["--fast"] if fast else [])
-    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child_json(__file__, fast, drop, extra)
 
 
 def main(argv=None):

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
-from common import fast_mode, machine_info, print_table, time_jitted, write_json
+from common import fast_mode, machine_info, print_table, run_child_json, time_jitted, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -94,12 +93,8 @@ def child(fast):
 
 
 def _run_child(fast, default_xla):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS")}
-    if default_xla:
-        env["GEOMJAX_XLA_FLAGS"] = "0"
-    args = [sys.executable, __file__, "--child"] + (["--fast"] if fast else [])
-    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    extra = {"GEOMJAX_XLA_FLAGS": "0"} if default_xla else {}
+    return run_child_json(__file__, fast, ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS"), extra)
 
 
 def main(argv=None):

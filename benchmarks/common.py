@@ -233,3 +233,16 @@ def double_pendulum_lagrangian(q, v, g=9.81):
     a, b = q[0], q[1]
     da, db = v[0], v[1]
     return da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * g * jnp.cos(a) + g * jnp.cos(b)
+
+
+def run_child_json(script, fast: bool, drop=(), extra=None) -> dict:
+    """Run ``script --child [--fast]`` in a fresh Python process whose environment lacks the
+    variables ``drop`` and adds ``extra``; returns the JSON object its last output line prints
+    (benchmarks that compare process-wide settings, such as XLA's flags, one process each)."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(extra or {})
+    args = [sys.executable, str(script), "--child"] + (["--fast"] if fast else [])
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
