@@ -23,6 +23,7 @@ BENCHMARKS = {
     "scalarize": "bench_scalarize.py",
     "xla-loops": "bench_xla_loops.py",
     "float32": "bench_float32.py",
+    "learn": "bench_learn.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

@@ -94,6 +94,16 @@ def check_base_controlled(ns):
     assert abs(float(g[-1, 2]) - thd * 2 * np.pi) < 1e-3
 
 
+def check_learning(ns):
+    # the identified heavy top is within 1 % of the values the records were made with
+    I, rho = (np.asarray(v) for v in ns["res"].values)
+    assert np.linalg.norm(I - ns["I_true"]) < 0.01 * np.linalg.norm(ns["I_true"])
+    assert np.linalg.norm(rho - ns["rho_true"]) < 0.01 * np.linalg.norm(ns["rho_true"])
+    # the learned pendulum is a system like any other: on the group, its training loss fell
+    assert float(jnp.max(ns["gj"].SO3.defect(ns["sol"].states.R))) < 1e-12
+    assert ns["losses"][-1] < 0.01 * ns["losses"][0]
+
+
 CHECKS = {
     "getting-started.md": check_getting_started,
     "lie-groups.md": check_lie_groups,
@@ -102,6 +112,7 @@ CHECKS = {
     "variational.md": check_variational,
     "control.md": check_control,
     "base-controlled.md": check_base_controlled,
+    "learning.md": check_learning,
 }
 
 
@@ -119,6 +130,7 @@ LONG_PAGES = {
     "variational.md",
     "geometry.md",
     "nonholonomic.md",
+    "learning.md",
 }
 
 
