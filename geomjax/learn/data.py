@@ -15,8 +15,8 @@ class Trajectory(eqx.Module):
     """One recorded motion on a Lie group, sampled at uniformly spaced times.
 
     Arguments:
-        ts: ``(N,)`` sample times, strictly increasing and uniformly spaced (relative spread of
-            the intervals ≤ 1e-6), ``N ≥ 2``.
+        ts: ``(N,)`` sample times, strictly increasing and uniformly spaced (spread of the
+            intervals ≤ 1e-6 of their mean, or the rounding of the times in their precision), ``N ≥ 2``.
         g: ``(N, *group.element_shape)`` measured configurations (orientations ``(N, 3, 3)``,
             poses ``(N, 4, 4)``), each within the group's tolerance of the group.
         xi: optional ``(N, dim)`` measured body velocities ``g⁻¹ġ`` (angular velocity on SO(3),
@@ -68,7 +68,9 @@ def check_trajectory(traj, group: LieGroup, name: str, where: str) -> Trajectory
             f"{where}: argument '{name}.ts' must be strictly increasing (ts[{k + 1}] = {ts[k + 1]} "
             f"≤ ts[{k}] = {ts[k]})"
         )
-    if np.max(np.abs(d - d.mean())) > 1e-6 * d.mean():
+    # relative 1e-6, or the rounding of the times in their own precision (float32 records)
+    tol = 1e-6 * d.mean() + 64 * np.finfo(ts.dtype).eps * np.max(np.abs(ts))
+    if np.max(np.abs(d - d.mean())) > tol:
         raise ValueError(
             f"{where}: argument '{name}.ts' must be uniformly spaced (intervals from {d.min():.6g} "
             f"to {d.max():.6g}); resample the record"
