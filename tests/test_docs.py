@@ -99,9 +99,10 @@ def check_learning(ns):
     I, rho = (np.asarray(v) for v in ns["res"].values)
     assert np.linalg.norm(I - ns["I_true"]) < 0.01 * np.linalg.norm(ns["I_true"])
     assert np.linalg.norm(rho - ns["rho_true"]) < 0.01 * np.linalg.norm(ns["rho_true"])
-    # the learned pendulum is a system like any other: on the group, its training loss fell
+    # the learned pendulum is a system like any other (on the group), fitted to the noise: the
+    # loss ½Σr² in noise units is below the number of residuals (≈ half of it at the optimum)
     assert float(jnp.max(ns["gj"].SO3.defect(ns["sol"].states.R))) < 1e-12
-    assert ns["losses"][-1] < 0.01 * ns["losses"][0]
+    assert ns["losses"][-1] < sum(6 * d.num_samples for d in ns["data"])
 
 
 CHECKS = {
