@@ -122,3 +122,20 @@ def test_reversible_adjoint_differentiates_the_weights():
     g2 = eqx.filter_grad(lambda s: loss(s, gj.ReversibleAdjoint()))(sys)
     w1, w2 = g1.potential.mlp.layers[0].weight, g2.potential.mlp.layers[0].weight
     assert float(jnp.max(jnp.abs(w1 - w2))) <= 1e-8 * (1.0 + float(jnp.max(jnp.abs(w1))))
+
+
+@pytest.mark.long
+def test_learned_potential_on_se3():
+    """On SE(3) the network sees (Rᵀe₃, height): the learned body keeps its pose on SE(3) to
+    round-off, its energy bounded, and the horizontal momentum of the spatial frame (the symmetry
+    of the invariant features) conserved."""
+    V = NeuralPotential(gj.SE3, jax.random.PRNGKey(3), width=8, depth=1, invariant="vertical")
+    body = gj.RigidBodySE3(2.0, np.array([0.1, 0.2, 0.3]), potential=V)
+    g0 = gj.SE3.exp(jnp.array([0.3, -0.2, 0.1, 0.5, 0.0, 1.0]))
+    s0 = body.state_from_velocity(g0, jnp.array([0.5, 0.4, -0.3, 0.2, -0.1, 0.3]))
+    sol = gj.simulate(body, gj.LGVI(), s0, 0.01, steps=300, save_every=3).check()
+    assert float(jnp.max(gj.SE3.defect(sol.states.g))) < 1e-12
+    E = jax.vmap(body.energy)(sol.states)
+    assert float(jnp.max(jnp.abs(E - E[0]))) < 1e-3 * (1.0 + abs(float(E[0])))
+    p = jax.vmap(body.spatial_momentum)(sol.states)[:, 3:5]  # horizontal linear momentum
+    assert float(jnp.max(jnp.abs(p - p[0]))) < 1e-10
