@@ -10,7 +10,7 @@ system (the LGVI by default) and compared with the measurements:
     r_data = log(g_pred(t_k)⁻¹ ĝ_k) / σ_g   (and (ξ_pred − ξ̂_k) / σ_ξ when velocities are given),
     r_cont = w · (log(g_end,s⁻¹ g_{s+1}), (ξ_end,s − ξ_{s+1}) h / σ_g)   (multiple shooting),
 
-and ``Σ r²`` is minimized by Levenberg–Marquardt (optimistix).  Multiple shooting — segments tied
+and ``Σ r²`` is minimized by Levenberg–Marquardt (or any optimistix solver).  Multiple shooting — segments tied
 by continuity (Bock & Plitt, *A multiple shooting algorithm for direct solution of optimal control
 problems*, IFAC 1984; for parameter estimation Bock, *Recent advances in parameter identification
 techniques for ODE*, 1983) — keeps the problem well conditioned for long or chaotic records.
@@ -397,9 +397,13 @@ def fit_parameters(
             ``(dim,)`` per Lie algebra coordinate): the residuals are divided by it.
         velocity_noise: the same for measured velocities (default ``noise`` / sample interval).
         continuity_weight: weight of the continuity residuals of multiple shooting.
-        solver: an optimistix least-squares solver or minimiser (default
-            ``optimistix.LevenbergMarquardt(rtol, atol)``; ``optimistix.OptaxMinimiser`` for large
-            models).
+        solver: ``None``/``"lm"`` (default): Levenberg–Marquardt with the Jacobian by forward
+            mode in one compiled loop, with a continuation in the continuity weight (10, 100,
+            then ``continuity_weight``) for multiple shooting; or an optimistix least-squares
+            solver or minimiser (``optimistix.LevenbergMarquardt(rtol, atol)``,
+            ``optimistix.OptaxMinimiser`` for large models).  (optimistix's own
+            Levenberg–Marquardt reached the same estimate on the heavy top in 39 steps against 9,
+            and compiled longer.)
         max_steps: solver steps allowed; a fit that needs more reports it in ``status``.
         adjoint: passed to :func:`~geomjax.simulate` (e.g. :class:`~geomjax.ReversibleAdjoint`
             for reverse-mode solvers on long records).
