@@ -197,3 +197,18 @@ def test_standard_deviations_are_calibrated():
     frac = np.mean(np.abs(zs) < 1.645)
     # binomial sampling error of 450 draws, inflated for the correlation within a fit: ±0.05
     assert abs(frac - 0.90) < 0.05, frac
+
+
+@pytest.mark.long
+def test_optimistix_solver_reaches_the_same_estimate(small):
+    """A second method: optimistix's Levenberg–Marquardt reaches the estimate of the built-in
+    solver (to 1e-3 of a standard deviation)."""
+    import optimistix as optx
+
+    rng = np.random.default_rng(1)
+    data = [Trajectory(ts, noisy(R, 1e-3, rng), controls=u) for ts, R, _, u in small]
+    a = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3).check()
+    solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10)
+    b = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3, solver=solver).check()
+    for x, y, s in zip(a.values, b.values, a.std, strict=True):
+        assert np.all(np.abs(np.asarray(x) - np.asarray(y)) < 1e-3 * s)
