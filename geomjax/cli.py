@@ -26,6 +26,7 @@ BENCHMARKS = {
     "xla-loops": "bench_xla_loops.py",
     "import-order": "bench_import_order.py",
     "float32": "bench_float32.py",
+    "learn": "bench_learn.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

@@ -210,6 +210,17 @@ def check_api_control(ns):
     np.testing.assert_allclose(float(ns["res"].loss), float(sol.cost), rtol=1e-6)
 
 
+def check_learning(ns):
+    # the identified heavy top is within 1 % of the values the records were made with
+    I, rho = (np.asarray(v) for v in ns["res"].values)
+    assert np.linalg.norm(I - ns["I_true"]) < 0.01 * np.linalg.norm(ns["I_true"])
+    assert np.linalg.norm(rho - ns["rho_true"]) < 0.01 * np.linalg.norm(ns["rho_true"])
+    # the learned pendulum is a system like any other (on the group), fitted to the noise: the
+    # loss ½Σr² in noise units is below the number of residuals (≈ half of it at the optimum)
+    assert float(jnp.max(ns["gj"].SO3.defect(ns["sol"].states.R))) < 1e-12
+    assert ns["losses"][-1] < sum(6 * d.num_samples for d in ns["data"])
+
+
 def check_base_controlled(ns):
     # a small shape loop turns the body by exp(−F·area) (to O(ε³))
     w = ns["gj"].SO3.log(ns["turns"][0])
@@ -384,6 +395,7 @@ CHECKS = {
     "guides/nonholonomic.md": check_nonholonomic,
     "guides/variational.md": check_variational,
     "guides/control.md": check_control,
+    "guides/learning.md": check_learning,
     "guides/choosing-an-optimizer.md": check_choosing_an_optimizer,
     "guides/base-controlled.md": check_base_controlled,
 }
@@ -436,6 +448,7 @@ def test_every_page_with_code_has_a_check():
 # groups guide and the errors page (a fresh process each, 1.5-7 s on a loaded 2-core machine)
 LONG_PAGES = {
     "guides/control.md",
+    "guides/learning.md",
     "guides/choosing-an-optimizer.md",
     "guides/base-controlled.md",
     "guides/variational.md",

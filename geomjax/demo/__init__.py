@@ -65,3 +65,8 @@ SECTIONS["control"] = _control
 from . import higher_order as _higher_order  # noqa: E402
 
 SECTIONS["higher-order"] = _higher_order
+
+# identification of physical parameters through the simulator
+from . import learn as _learn  # noqa: E402
+
+SECTIONS["learn"] = _learn

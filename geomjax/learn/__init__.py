@@ -1,0 +1,38 @@
+"""Learning and identifying dynamics on Lie groups through the simulator.
+
+* :func:`fit_parameters`: physical parameters of any geomjax system on a Lie group (inertia kept
+  SPD, masses positive, first moments, damping, input maps) from recorded motions
+  (:class:`Trajectory`), with unknown initial states, multiple shooting, Levenberg–Marquardt and
+  the Gauss–Newton covariance.
+* Learned models as ordinary systems (:mod:`geomjax.learn.models`): neural potentials, input
+  maps and dissipation on SO(3)/SE(3), trained through the discrete flow (:func:`fit_model`).
+* :mod:`geomjax.learn.reference`: independent reference motions (SciPy DOP853);
+  :mod:`geomjax.learn.problems`: the worked pendulum problem; :mod:`geomjax.learn.baselines`:
+  the black-box neural ODE (diffrax) it is compared with.
+"""
+
+from . import problems, reference
+from .baselines import NeuralODE, fit_neural_ode
+from .data import Trajectory
+from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_leaves
+from .models import NeuralDissipation, NeuralPotential, fit_model, neural_leaves
+from .parameterize import from_unconstrained, to_unconstrained
+
+__all__ = [
+    "FitError",
+    "FitResult",
+    "NeuralDissipation",
+    "NeuralODE",
+    "NeuralPotential",
+    "Trajectory",
+    "fit_model",
+    "fit_neural_ode",
+    "fit_parameters",
+    "fitting_loss",
+    "from_unconstrained",
+    "neural_leaves",
+    "problems",
+    "reference",
+    "select_leaves",
+    "to_unconstrained",
+]

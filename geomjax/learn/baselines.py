@@ -1,0 +1,140 @@
+"""The black-box baseline: a neural ODE on the flattened state (diffrax; a development
+dependency, imported when it is built).
+
+State ``z = (vec R, ω)`` (12 numbers on SO(3); ``(vec R, x, ω, v)``, 18, on SE(3)), vector field
+``ż = MLP(z, u)``, integrated by a fixed-step explicit Runge–Kutta method (Chen, Rubanova,
+Bettencourt & Duvenaud, *Neural ordinary differential equations*, NeurIPS 2018).  Nothing keeps
+``R`` on SO(3) nor the energy bounded: this is the comparison that the structured models of
+:mod:`geomjax.learn.models` are measured against, trained on the same records, with the same
+multiple-shooting loss on the measured configurations and the same optimizer budget.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["NeuralODE", "fit_neural_ode"]
+
+
+class NeuralODE(eqx.Module):
+    """``ż = MLP(z, u)`` on the flattened state of a rigid body (module docstring)."""
+
+    mlp: eqx.nn.MLP
+    n_config: int = eqx.field(static=True)
+    n_vel: int = eqx.field(static=True)
+    n_u: int = eqx.field(static=True)
+
+    def __init__(self, n_config, n_vel, key, n_u=0, width=64, depth=2, dtype=None):
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        self.n_config, self.n_vel, self.n_u = n_config, n_vel, n_u
+        mlp = eqx.nn.MLP(
+            n_config + n_vel + n_u, n_config + n_vel, width, depth, jax.nn.tanh, key=key
+        )
+        self.mlp = jax.tree_util.tree_map(
+            lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, mlp
+        )
+
+    def vector_field(self, t, z, u):
+        return self.mlp(jnp.concatenate([z, u]) if self.n_u else z)
+
+    def rollout(self, z0, dt, steps, save_every=1, controls=None, solver=None):
+        """States ``(steps/save_every + 1, n)`` of a fixed-step run (diffrax, ``Tsit5`` default);
+        ``controls`` ``(steps, n_u)`` held on each step."""
+        import diffrax
+
+        solver = diffrax.Tsit5() if solver is None else solver
+        u = jnp.zeros((steps, self.n_u), z0.dtype) if controls is None else controls
+
+        def one(z, uk):
+            term = diffrax.ODETerm(lambda t, y, a: self.vector_field(t, y, uk))
+            sol = diffrax.diffeqsolve(
+                term, solver, 0.0, dt, dt, z, saveat=diffrax.SaveAt(t1=True), max_steps=2
+            )
+            return sol.ys[-1], sol.ys[-1]
+
+        _, zs = jax.lax.scan(one, z0, u)
+        return jnp.concatenate([z0[None], zs[save_every - 1 :: save_every]])
+
+
+def fit_neural_ode(
+    model,
+    R_obs,
+    h,
+    *,
+    W_obs=None,
+    velocity_weight=1.0,
+    segment_length=10,
+    substeps=1,
+    steps=500,
+    optimizer=None,
+    controls=None,
+):
+    """Train ``model`` on measured rotations ``R_obs`` ``(N, 3, 3)`` (or flattened configurations
+    ``(N, n_config)``; or a list of records) sampled every ``h``: multiple shooting over segments of ``segment_length``
+    samples whose initial velocities are learned (or taken from measured velocities ``W_obs``
+    ``(N, n_vel)``, which then enter the loss with weight ``velocity_weight``), loss ``Σ |vec R_pred − vec R̂|²`` plus the
+    continuity of the segments.  Returns ``(model, z0 of the first sample, losses)``."""
+    import optax
+
+    recs = list(R_obs) if isinstance(R_obs, list | tuple) else [R_obs]
+    wrecs = None if W_obs is None else (list(W_obs) if isinstance(W_obs, list | tuple) else [W_obs])
+    urecs = (
+        None
+        if controls is None
+        else (list(controls) if isinstance(controls, list | tuple) else [controls])
+    )
+    L = segment_length
+    Xs, Ws, Us = [], [], []
+    for i, Ri in enumerate(recs):
+        X = jnp.asarray(Ri).reshape(np.shape(Ri)[0], -1)
+        S = (X.shape[0] - 1) // L
+        idx = np.arange(S)[:, None] * L + np.arange(L + 1)[None, :]
+        Xs.append(X[idx])
+        if wrecs is not None:
+            Ws.append(jnp.asarray(wrecs[i])[idx])
+        if urecs is not None:
+            Us.append(jnp.repeat(jnp.asarray(urecs[i])[idx[:, :-1]], substeps, axis=1))
+    Xs = jnp.concatenate(Xs)  # (segments, L+1, n)
+    W = jnp.concatenate(Ws) if Ws else None
+    us = jnp.concatenate(Us) if Us else None
+    S = Xs.shape[0]
+    v0 = jnp.zeros((S, model.n_vel), Xs.dtype) if W is None else W[:, 0]
+    params = (model, v0)
+    opt = optax.adam(3e-3) if optimizer is None else optimizer
+
+    def loss(p):
+        m, v = p
+        v = v if W is None else W[:, 0]
+
+        def seg(x0, v0, u):
+            z0 = jnp.concatenate([x0, v0])
+            return m.rollout(z0, h / substeps, L * substeps, substeps, u)
+
+        Z = (
+            jax.vmap(seg)(Xs[:, 0], v, us)
+            if us is not None
+            else jax.vmap(lambda a, b: seg(a, b, None))(Xs[:, 0], v)
+        )
+        fit = jnp.sum((Z[:, :, : m.n_config] - Xs) ** 2)
+        if W is not None:
+            return fit + velocity_weight * jnp.sum((Z[:, :, m.n_config :] - W) ** 2)
+        cont = jnp.sum((Z[:-1, -1, m.n_config :] - v[1:]) ** 2)
+        return fit + cont
+
+    @eqx.filter_jit
+    def step(p, state):
+        val, g = eqx.filter_value_and_grad(loss)(p)
+        upd, state = opt.update(g, state, eqx.filter(p, eqx.is_inexact_array))
+        return eqx.apply_updates(p, upd), state, val
+
+    state = opt.init(eqx.filter(params, eqx.is_inexact_array))
+    losses = np.zeros(steps)
+    for k in range(steps):
+        params, state, val = step(params, state)
+        losses[k] = float(val)
+    m, v = params
+    v0 = v[0] if W is None else W[0, 0]
+    return m, jnp.concatenate([Xs[0, 0], v0]), losses

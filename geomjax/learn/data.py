@@ -1,0 +1,109 @@
+"""Recorded motions to fit: :class:`Trajectory` and its input checks."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from ..lie.base import LieGroup
+
+__all__ = ["Trajectory"]
+
+
+class Trajectory(eqx.Module):
+    """One recorded motion on a Lie group, sampled at uniformly spaced times.
+
+    Arguments:
+        ts: ``(N,)`` sample times, strictly increasing and uniformly spaced (spread of the
+            intervals ≤ 1e-6 of their mean, or the rounding of the times in their precision), ``N ≥ 2``.
+        g: ``(N, *group.element_shape)`` measured configurations (orientations ``(N, 3, 3)``,
+            poses ``(N, 4, 4)``), each within the group's tolerance of the group.
+        xi: optional ``(N, dim)`` measured body velocities ``g⁻¹ġ`` (angular velocity on SO(3),
+            ``(ω, v)`` on SE(3)).  Without them the initial velocities are estimated.
+        controls: optional ``(N − 1, dim)`` known body inputs (torques, wrenches) held constant
+            on each sample interval ``[t_k, t_{k+1}]`` (zero-order hold, as in
+            :func:`geomjax.simulate`).
+    """
+
+    ts: jax.Array
+    g: jax.Array
+    xi: jax.Array | None = None
+    controls: jax.Array | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return int(np.shape(self.ts)[0])
+
+
+def _float(x, name, where):
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.floating):
+        if np.issubdtype(a.dtype, np.integer):
+            a = a.astype(float)
+        else:
+            raise ValueError(f"{where}: argument '{name}' must be a float array, got {a.dtype}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{where}: argument '{name}' must be finite (found NaN or inf)")
+    return a
+
+
+def check_trajectory(traj, group: LieGroup, name: str, where: str) -> Trajectory:
+    """Validate one :class:`Trajectory` against ``group`` (eager, NumPy): ``ValueError`` naming
+    the argument for unordered or non-uniform times, disagreeing shapes, NaN, or configurations
+    far from the group."""
+    if not isinstance(traj, Trajectory):
+        raise ValueError(
+            f"{where}: argument '{name}' must be a geomjax.learn.Trajectory, got {type(traj).__name__}"
+        )
+    ts = _float(traj.ts, f"{name}.ts", where)
+    if ts.ndim != 1 or ts.shape[0] < 2:
+        raise ValueError(
+            f"{where}: argument '{name}.ts' must be 1-d with ≥ 2 times, got {ts.shape}"
+        )
+    d = np.diff(ts)
+    if not np.all(d > 0):
+        k = int(np.argmax(~(d > 0)))
+        raise ValueError(
+            f"{where}: argument '{name}.ts' must be strictly increasing (ts[{k + 1}] = {ts[k + 1]} "
+            f"≤ ts[{k}] = {ts[k]})"
+        )
+    # relative 1e-6, or the rounding of the times in their own precision (float32 records)
+    tol = 1e-6 * d.mean() + 64 * np.finfo(ts.dtype).eps * np.max(np.abs(ts))
+    if np.max(np.abs(d - d.mean())) > tol:
+        raise ValueError(
+            f"{where}: argument '{name}.ts' must be uniformly spaced (intervals from {d.min():.6g} "
+            f"to {d.max():.6g}); resample the record"
+        )
+    N = ts.shape[0]
+    g = _float(traj.g, f"{name}.g", where)
+    want = (N, *group.element_shape)
+    if g.shape != want:
+        raise ValueError(
+            f"{where}: argument '{name}.g' must have shape {want} (one element of {group.name} per "
+            f"time in '{name}.ts'), got {g.shape}"
+        )
+    defect = np.asarray(group.defect(g))
+    tol = max(1e-6, 1e3 * float(np.finfo(g.dtype).eps))
+    if not np.all(defect <= tol):
+        k = int(np.argmax(defect))
+        raise ValueError(
+            f"{where}: argument '{name}.g' is far from {group.name}: sample {k} has defect "
+            f"{defect[k]:.3g} > {tol:.1e} (project the measurements onto the group first)"
+        )
+    xi = None
+    if traj.xi is not None:
+        xi = _float(traj.xi, f"{name}.xi", where)
+        if xi.shape != (N, group.dim):
+            raise ValueError(
+                f"{where}: argument '{name}.xi' must have shape {(N, group.dim)}, got {xi.shape}"
+            )
+    u = None
+    if traj.controls is not None:
+        u = _float(traj.controls, f"{name}.controls", where)
+        if u.shape != (N - 1, group.dim):
+            raise ValueError(
+                f"{where}: argument '{name}.controls' must have shape {(N - 1, group.dim)} (one "
+                f"input per sample interval), got {u.shape}"
+            )
+    return Trajectory(ts, g, xi, u)

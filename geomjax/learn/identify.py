@@ -1,0 +1,646 @@
+"""Identification of the physical parameters of a geomjax system from recorded motions.
+
+The unknowns are (i) the parameters the user selects with ``where`` (as in
+:func:`equinox.tree_at`), each moved through an unconstrained parameterization
+(:mod:`geomjax.learn.parameterize`: an inertia stays SPD, a mass positive), and (ii) for every
+shooting segment its initial configuration ``g_s = ĝ_s exp(δ_s)`` (``ĝ_s`` the measured sample)
+and initial body velocity ``ξ_s``.  Every segment is integrated by the discrete flow of the
+system (the LGVI by default) and compared with the measurements:
+
+    r_data = log(g_pred(t_k)⁻¹ ĝ_k) / σ_g   (and (ξ_pred − ξ̂_k) / σ_ξ when velocities are given),
+    r_cont = w · (log(g_end,s⁻¹ g_{s+1}), (ξ_end,s − ξ_{s+1}) h / σ_g)   (multiple shooting),
+
+and ``Σ r²`` is minimized by Levenberg–Marquardt (or any optimistix solver).  Multiple shooting — segments tied
+by continuity (Bock & Plitt, *A multiple shooting algorithm for direct solution of optimal control
+problems*, IFAC 1984; for parameter estimation Bock, *Recent advances in parameter identification
+techniques for ODE*, 1983) — keeps the problem well conditioned for long or chaotic records.
+
+The covariance of the estimate is the Gauss–Newton one, ``C = s² (JᵀJ)⁻¹`` with
+``s² = Σ r_data² / (m − p)`` (``m`` data residuals, ``p`` unknowns less the continuity
+conditions), mapped to the physical parameters by the Jacobian of the parameterization (the delta
+method).  A numerically rank-deficient Jacobian (e.g. inertia and potential scale together when no
+input is known) raises a warning naming the parameters of the null direction, and the result's
+status says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .._warn import warn
+from ..integrators import LGVI, simulate
+from . import parameterize as P
+from .data import Trajectory, check_trajectory
+
+__all__ = ["FitError", "FitResult", "fit_parameters", "fitting_loss", "select_leaves"]
+
+
+class FitError(RuntimeError):
+    """A fit did not converge or is not identifiable (raised by :meth:`FitResult.check`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """Result of :func:`fit_parameters`.
+
+    Attributes:
+        system: the system with the fitted parameters in place.
+        values: the fitted leaves (a tuple in the order of ``where``).
+        std: their standard deviations (same shapes), from the Gauss–Newton covariance.
+        covariance: ``(P, P)`` covariance of the flattened fitted leaves (concatenated in order).
+        names: the leaves' paths in the system (``.inertia``, ``.potential.rho``).
+        initial_states: per trajectory, the estimated state at its first sample.
+        sigma: the residual scale ``s`` (≈ 1 when the given noise levels are right).
+        cost: ``½ Σ r²`` at the solution.
+        converged: whether the solver met its tolerances.
+        rank_ratio: smallest / largest singular value of the column-scaled Jacobian.
+        status: ``"converged"``, or a sentence saying what went wrong.
+        num_steps: solver steps taken.
+    """
+
+    system: object
+    values: tuple
+    std: tuple
+    covariance: np.ndarray
+    names: tuple
+    initial_states: list
+    sigma: float
+    cost: float
+    converged: bool
+    rank_ratio: float
+    status: str
+    num_steps: int
+
+    def check(self) -> FitResult:
+        """Raise :class:`FitError` unless the fit converged with a full-rank Jacobian."""
+        if self.status != "converged":
+            raise FitError(f"fit_parameters: {self.status}")
+        return self
+
+    def z_scores(self, true_values) -> tuple:
+        """``(estimate − truth) / std`` per leaf (for calibration studies)."""
+        return tuple(
+            (np.asarray(v) - np.asarray(t)) / np.asarray(s)
+            for v, t, s in zip(self.values, true_values, self.std, strict=True)
+        )
+
+
+def select_leaves(system, where, name="where", who="fit_parameters"):
+    """``(leaves, single, names)``: the leaves ``where(system)`` selects (a tuple), whether ``where``
+    returned one leaf, and each leaf's path in ``system``.  ``ValueError`` naming ``where`` if a
+    selected leaf is not a floating array."""
+    if not callable(where):
+        raise ValueError(f"{who}: argument '{name}' must be a function system -> leaf or tuple")
+    try:
+        sel = where(system)
+    except Exception as e:
+        raise ValueError(f"{who}: argument '{name}' failed on the system: {e}") from e
+    single = not isinstance(sel, tuple | list)
+    leaves = (sel,) if single else tuple(sel)
+    paths = jax.tree_util.tree_flatten_with_path(system)[0]
+    names = []
+    for i, leaf in enumerate(leaves):
+        if not (eqx.is_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.floating)):
+            raise ValueError(
+                f"{who}: argument '{name}' must select floating arrays of the system; selection "
+                f"{i} is {type(leaf).__name__}"
+                + (f" of dtype {leaf.dtype}" if hasattr(leaf, "dtype") else "")
+            )
+        found = [jax.tree_util.keystr(p) for p, x in paths if x is leaf]
+        names.append(found[0] if found else f"selection {i}")
+    return leaves, single, tuple(names)
+
+
+def _auto_kind(x) -> str:
+    a = np.asarray(x)
+    if a.ndim == 2 and a.shape[0] == a.shape[1] and a.shape[0] > 1:
+        if np.allclose(a, a.T) and np.all(np.linalg.eigvalsh(0.5 * (a + a.T)) > 0):
+            return "spd"
+    return "free"
+
+
+def _segments(N: int, L: int):
+    """Index table ``(S, L+1)`` of sample indices per segment (clipped) and the data mask: each
+    sample counted once (a segment's end sample belongs to the next segment)."""
+    S = max(1, math.ceil((N - 1) / L))
+    idx = np.arange(S)[:, None] * L + np.arange(L + 1)[None, :]
+    valid = idx <= N - 1
+    last = np.arange(S)[:, None] == S - 1
+    mask = valid & ((np.arange(L + 1)[None, :] < L) | last)
+    return S, np.minimum(idx, N - 1), mask
+
+
+def _problem(
+    system,
+    data,
+    where,
+    kinds,
+    method,
+    substeps,
+    segment_length,
+    noise,
+    velocity_noise,
+    continuity_weight,
+    adjoint,
+    who,
+):
+    G = getattr(system, "group", None)
+    if G is None:
+        raise ValueError(
+            f"{who}: argument 'system' must be a system on a Lie group, got {system!r}"
+        )
+    trajs = [data] if isinstance(data, Trajectory) else list(data)
+    if not trajs:
+        raise ValueError(f"{who}: argument 'data' must hold at least one Trajectory")
+    trajs = [
+        check_trajectory(t, G, "data" if len(trajs) == 1 else f"data[{i}]", who)
+        for i, t in enumerate(trajs)
+    ]
+    if not (isinstance(substeps, int) and substeps >= 1):
+        raise ValueError(f"{who}: argument 'substeps' must be a positive int, got {substeps!r}")
+    if segment_length is not None and not (isinstance(segment_length, int) and segment_length >= 1):
+        raise ValueError(
+            f"{who}: argument 'segment_length' must be a positive int, got {segment_length!r}"
+        )
+    leaves, single, names = select_leaves(system, where)
+    if kinds is None:
+        kinds = tuple(_auto_kind(x) for x in leaves)
+    elif isinstance(kinds, str):
+        kinds = (kinds,) * len(leaves)
+    kinds = tuple(kinds)
+    if len(kinds) != len(leaves) or any(k not in P.KINDS for k in kinds):
+        raise ValueError(
+            f"{who}: argument 'kinds' must give one of {P.KINDS} per selected leaf "
+            f"({len(leaves)}), got {kinds!r}"
+        )
+    for k, x, n in zip(kinds, leaves, names, strict=True):
+        a = np.asarray(x)
+        if k == "spd" and _auto_kind(a) != "spd":
+            raise ValueError(f"{who}: leaf {n} is declared 'spd' but is not an SPD matrix")
+        if k == "positive" and not np.all(a > 0):
+            raise ValueError(f"{who}: leaf {n} is declared 'positive' but has entries ≤ 0")
+    dtype = jnp.result_type(leaves[0])
+    method = LGVI() if method is None else method
+    noise = jnp.broadcast_to(jnp.asarray(noise, dtype), (G.dim,))
+    shapes = tuple(tuple(np.shape(x)) for x in leaves)
+
+    def build(theta):
+        vals = tuple(P.from_unconstrained(t, k, s) for t, k, s in zip(theta, kinds, shapes))
+        return eqx.tree_at(where, system, replace=vals[0] if single else vals), vals
+
+    # --- tables of the records, grouped by length (one vmapped run per group) ---------------
+    groups: dict = {}
+    for i, tr in enumerate(trajs):
+        groups.setdefault((tr.num_samples, tr.xi is None), []).append(i)
+    tables, deltas0, xis0, where_traj = [], [], [], {}
+    for (N, no_xi), members in groups.items():
+        L = N - 1 if segment_length is None else min(segment_length, N - 1)
+        S, idx, mask = _segments(N, L)
+        hs, gs, us, xis, t0s, x0s = [], [], [], [], [], []
+        for b, i in enumerate(members):
+            where_traj[i] = (len(tables), b)
+            tr = trajs[i]
+            h = float(tr.ts[1] - tr.ts[0])
+            g_obs = jnp.asarray(tr.g, dtype)
+            u = np.zeros((S, L * substeps, G.dim))
+            if tr.controls is not None:
+                j = np.minimum(idx[:, :-1], N - 2)
+                u_s = np.where((idx[:, :-1] < N - 1)[..., None], np.asarray(tr.controls)[j], 0.0)
+                u = np.repeat(u_s, substeps, axis=1)
+            starts = g_obs[idx[:, 0]]
+            if tr.xi is not None:
+                xi0 = jnp.asarray(tr.xi, dtype)[idx[:, 0]]
+                xis.append(jnp.asarray(tr.xi, dtype)[idx])
+            else:  # finite differences of the measurements
+                nxt = g_obs[np.minimum(idx[:, 0] + 1, N - 1)]
+                xi0 = jax.vmap(G.rminus)(nxt, starts) / h
+            hs.append(h)
+            gs.append(g_obs[idx])
+            us.append(u)
+            t0s.append(tr.ts[0] + h * L * np.arange(S))
+            x0s.append(xi0)
+        hs = np.asarray(hs)
+        vn = (
+            jnp.broadcast_to(jnp.asarray(velocity_noise, dtype), (len(members), G.dim))
+            if velocity_noise is not None
+            else noise[None, :] / jnp.asarray(hs, dtype)[:, None]
+        )
+        tables.append(
+            dict(
+                L=L,
+                S=S,
+                h=jnp.asarray(hs, dtype),
+                t0=jnp.asarray(np.stack(t0s), dtype),
+                g=jnp.stack(gs),
+                mask=jnp.asarray(mask),
+                u=jnp.asarray(np.stack(us), dtype),
+                xi=None if no_xi else jnp.stack(xis),
+                vn=vn,
+            )
+        )
+        deltas0.append(jnp.zeros((len(members), S, G.dim), dtype))
+        xis0.append(jnp.asarray(jnp.stack(x0s), dtype))
+
+    theta0 = tuple(P.to_unconstrained(jnp.asarray(x, dtype), k) for x, k in zip(leaves, kinds))
+    # a tuple, not a dict: ravel_pytree orders dict keys, and theta must come first
+    y0 = (theta0, deltas0, xis0)
+    flat0, unravel = ravel_pytree(y0)
+
+    def residual_parts(y, weight=None):
+        weight = continuity_weight if weight is None else weight
+        sys, _ = build(y[0])
+        data_r, cont_r = [], []
+        for tab, delta, xi0 in zip(tables, y[1], y[2], strict=True):
+
+            def run(g_start, d, x, u, t0, h, L=tab["L"]):
+                g0 = G.rplus(g_start, d)
+                state0 = sys.state_from_velocity(g0, x)
+                sol = simulate(
+                    sys,
+                    method,
+                    state0,
+                    h / substeps,
+                    steps=L * substeps,
+                    controls=u,
+                    save_every=substeps,
+                    t0=t0,
+                    check_inputs=False,
+                    adjoint=adjoint,
+                )
+                g, mu = sys.split(sol.states)
+                return g, jax.vmap(sys.velocity)(mu)
+
+            seg_run = jax.vmap(run, in_axes=(0, 0, 0, 0, 0, None))  # over segments
+            g_pred, xi_pred = jax.vmap(seg_run)(  # over the records of the group
+                tab["g"][:, :, 0], delta, xi0, tab["u"], tab["t0"], tab["h"]
+            )
+            mask = tab["mask"][None, :, :, None]
+            r = jax.vmap(jax.vmap(jax.vmap(G.rminus)))(tab["g"], g_pred) / noise
+            data_r.append(jnp.where(mask, r, 0.0).reshape(-1))
+            if tab["xi"] is not None:
+                rv = (xi_pred - tab["xi"]) / tab["vn"][:, None, None, :]
+                data_r.append(jnp.where(mask, rv, 0.0).reshape(-1))
+            if tab["S"] > 1:
+                g_next = jax.vmap(jax.vmap(G.rplus))(tab["g"][:, 1:, 0], delta[:, 1:])
+                rc = jax.vmap(jax.vmap(G.rminus))(g_next, g_pred[:, :-1, -1]) / noise
+                rx = (xi0[:, 1:] - xi_pred[:, :-1, -1]) * tab["h"][:, None, None] / noise
+                cont_r.append(weight * jnp.concatenate([rc, rx], -1).reshape(-1))
+        data = jnp.concatenate(data_r)
+        cont = jnp.concatenate(cont_r) if cont_r else jnp.zeros((0,), dtype)
+        return data, cont
+
+    def residuals(flat, args):
+        # args: None, or the continuity weight (traced: the continuation reuses one program)
+        d, c = residual_parts(unravel(flat), args)
+        return jnp.concatenate([d, c])
+
+    return types.SimpleNamespace(
+        residuals=residuals,
+        flat0=flat0,
+        unravel=unravel,
+        build=build,
+        tables=tables,
+        G=G,
+        names=names,
+        shapes=shapes,
+        kinds=kinds,
+        dtype=dtype,
+        trajs=trajs,
+        where_traj=where_traj,
+    )
+
+
+def fitting_loss(
+    system,
+    data,
+    where,
+    *,
+    kinds=None,
+    method=None,
+    substeps: int = 1,
+    segment_length: int | None = None,
+    noise=1.0,
+    velocity_noise=None,
+    continuity_weight: float = 1e3,
+    adjoint=None,
+):
+    """The objective of :func:`fit_parameters` as a function: returns ``(loss, y0, unravel)``
+    with ``loss(y) = ½ Σ r(y)²`` of the flat vector of unknowns ``y`` (the unconstrained
+    parameters first, then the segments' configuration offsets and velocities), ``y0`` the
+    initial guess and ``unravel(y) -> (theta, deltas, xis)``.  For custom optimizers (optax) and
+    for checking gradients; the arguments are those of :func:`fit_parameters`."""
+    pb = _problem(
+        system,
+        data,
+        where,
+        kinds,
+        method,
+        substeps,
+        segment_length,
+        noise,
+        velocity_noise,
+        continuity_weight,
+        adjoint,
+        "fitting_loss",
+    )
+
+    def loss(y):
+        return 0.5 * jnp.sum(pb.residuals(y, None) ** 2)
+
+    return loss, pb.flat0, pb.unravel
+
+
+def fit_parameters(
+    system,
+    data,
+    where,
+    *,
+    kinds=None,
+    method=None,
+    substeps: int = 1,
+    segment_length: int | None = None,
+    noise=1.0,
+    velocity_noise=None,
+    continuity_weight: float = 1e3,
+    solver=None,
+    max_steps: int = 100,
+    rtol: float = 1e-10,
+    atol: float = 1e-10,
+    adjoint=None,
+    rank_tol: float | None = None,
+) -> FitResult:
+    """Fit the parameters ``where(system)`` of a system on a Lie group to recorded motions.
+
+    Arguments:
+        system: a geomjax system on a Lie group (:class:`~geomjax.RigidBody`,
+            :class:`~geomjax.RigidBodySE3`, :class:`~geomjax.EulerPoincareSystem`, a learned
+            model of :mod:`geomjax.learn`) holding the initial guess.
+        data: a :class:`Trajectory` or a sequence of them (lengths may differ).
+        where: ``system -> leaf`` or a tuple of leaves, as in :func:`equinox.tree_at`, e.g.
+            ``lambda s: (s.inertia, s.potential.rho)``.
+        kinds: per selected leaf ``"spd"`` (log-Cholesky), ``"positive"`` (log) or ``"free"``;
+            default: ``"spd"`` for a symmetric positive definite matrix, ``"free"`` otherwise.
+        method: the integrator (default :class:`~geomjax.LGVI` ``()``); a higher order
+            :class:`~geomjax.Composition` keeps the discretization bias below the noise.
+        substeps: integrator steps per sample interval.
+        segment_length: samples per shooting segment (default: the whole record, single
+            shooting); shorter segments for long or chaotic records.
+        noise: standard deviation of the configuration noise (radians / metres; a scalar or
+            ``(dim,)`` per Lie algebra coordinate): the residuals are divided by it.
+        velocity_noise: the same for measured velocities (default ``noise`` / sample interval).
+        continuity_weight: weight of the continuity residuals of multiple shooting.
+        solver: ``None``/``"lm"`` (default): Levenberg–Marquardt with the Jacobian by forward
+            mode in one compiled loop, with a continuation in the continuity weight (10, 100,
+            then ``continuity_weight``) for multiple shooting; or an optimistix least-squares
+            solver or minimiser (``optimistix.LevenbergMarquardt(rtol, atol)``,
+            ``optimistix.OptaxMinimiser`` for large models).  (optimistix's own
+            Levenberg–Marquardt reached the same estimate on the heavy top in 39 steps against 9,
+            and compiled longer.)
+        max_steps: solver steps allowed; a fit that needs more reports it in ``status``.
+        adjoint: passed to :func:`~geomjax.simulate` (e.g. :class:`~geomjax.ReversibleAdjoint`
+            for reverse-mode solvers on long records).
+        rank_tol: the Jacobian is declared rank-deficient when the ratio of its extreme singular
+            values (columns scaled to unit norm) falls below this (default ``sqrt(eps)``).
+
+    Returns:
+        :class:`FitResult`; ``result.check()`` raises unless the fit converged with full rank.
+    """
+    import optimistix as optx
+
+    pb = _problem(
+        system,
+        data,
+        where,
+        kinds,
+        method,
+        substeps,
+        segment_length,
+        noise,
+        velocity_noise,
+        continuity_weight,
+        adjoint,
+        "fit_parameters",
+    )
+    residuals, flat0, unravel, build = pb.residuals, pb.flat0, pb.unravel, pb.build
+    tables, G, names, shapes, kinds, dtype = (
+        pb.tables,
+        pb.G,
+        pb.names,
+        pb.shapes,
+        pb.kinds,
+        pb.dtype,
+    )
+    trajs, where_traj = pb.trajs, pb.where_traj
+    if solver is None or solver == "lm":
+        # continuation in the continuity weight: the stiff continuity residuals of multiple
+        # shooting slow Levenberg–Marquardt down from a poor start; relax them first
+        n_seg_cont = sum(t["S"] > 1 for t in tables)
+        weights = [w for w in (10.0, 100.0) if n_seg_cont and w < continuity_weight]
+        flat, num_steps = flat0, 0
+        solve = _levenberg_marquardt(residuals, rtol, atol)  # compiled once for all stages
+        for w in [*weights, continuity_weight]:
+            flat, r_all, J, converged, k, why = solve(
+                flat, jnp.asarray(w, dtype), max_steps - num_steps
+            )
+            num_steps += k
+    else:
+        if isinstance(solver, optx.AbstractMinimiser):
+            sol = optx.minimise(
+                lambda f, a: 0.5 * jnp.sum(residuals(f, a) ** 2),
+                solver,
+                flat0,
+                max_steps=max_steps,
+                throw=False,
+            )
+        else:
+            sol = optx.least_squares(residuals, solver, flat0, max_steps=max_steps, throw=False)
+        flat = sol.value
+        converged = bool(sol.result == optx.RESULTS.successful)
+        num_steps = int(sol.stats.get("num_steps", -1))
+        why = str(sol.result)
+        r_all = residuals(flat, None)
+        J = eqx.filter_jit(jax.jacfwd(residuals))(flat, None)
+
+    # --- covariance (Gauss–Newton) and rank ------------------------------------------------
+    m = sum(
+        int(np.asarray(t["mask"]).sum()) * t["g"].shape[0] * G.dim * (1 if t["xi"] is None else 2)
+        for t in tables
+    )
+    r_all, J = np.asarray(r_all), np.asarray(J)
+    n_cont = sum(0 if t["S"] == 1 else t["g"].shape[0] * (t["S"] - 1) * 2 * G.dim for t in tables)
+    r_data = r_all[: r_all.size - n_cont]
+    p = flat.size - n_cont
+    dof = max(m - p, 1)
+    s2 = float(np.sum(r_data**2) / dof)
+    col = np.linalg.norm(J, axis=0)
+    col = np.where(col > 0, col, 1.0)
+    Js = J / col
+    _, sv, Vt = np.linalg.svd(Js, full_matrices=False)
+    # rank: the null space does not depend on the rows' weights, but the heavy continuity rows
+    # would make a well-posed multiple-shooting problem look ill-conditioned; judge it with them
+    # at unit weight
+    Jr = J.copy()
+    if n_cont:
+        Jr[J.shape[0] - n_cont :] /= continuity_weight
+    colr = np.linalg.norm(Jr, axis=0)
+    _, svr, Vtr = np.linalg.svd(Jr / np.where(colr > 0, colr, 1.0), full_matrices=False)
+    ratio = float(svr[-1] / svr[0]) if svr[0] > 0 else 0.0
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    tol = math.sqrt(eps) if rank_tol is None else float(rank_tol)
+    n_theta = sum(P.size(k, s) for k, s in zip(kinds, shapes))
+    status = "converged"
+    if not converged:
+        status = (
+            f"the solver did not converge ({why}) in {num_steps} of max_steps="
+            f"{max_steps} steps: raise max_steps, improve the initial guess or shorten "
+            "segment_length"
+        )
+    inv_sv = np.where(sv > tol * sv[0], 1.0 / np.maximum(sv, 1e-300) ** 2, 0.0)
+    cov_scaled = (Vt.T * inv_sv) @ Vt
+    cov_flat = s2 * cov_scaled / np.outer(col, col)
+    if ratio < tol:  # the null direction's parameters
+        v = Vtr[-1][:n_theta]
+        owners = np.concatenate(
+            [np.full(P.size(k, s), i) for i, (k, s) in enumerate(zip(kinds, shapes))]
+        )
+        involved = sorted({names[owners[i]] for i in np.flatnonzero(np.abs(v) > 0.1)})
+        what = ", ".join(involved) if involved else "the initial states"
+        msg = (
+            f"the Jacobian is rank-deficient (singular value ratio {ratio:.2e} < {tol:.1e}): the "
+            f"data do not determine {what} separately (e.g. inertia and potential scale together "
+            "when no input is known); fix one of them or record motions under known inputs"
+        )
+        warn(f"fit_parameters: {msg}")
+        status = msg if status == "converged" else f"{status}; {msg}"
+    # delta method: covariance of the physical leaves
+    theta = unravel(flat)[0]
+    theta_flat, unravel_theta = ravel_pytree(theta)
+
+    def phys(tf):
+        _, vals = build(unravel_theta(tf))
+        return jnp.concatenate([v.reshape(-1) for v in vals])
+
+    T = np.asarray(eqx.filter_jit(jax.jacfwd(phys))(theta_flat))
+    cov = T @ cov_flat[:n_theta, :n_theta] @ T.T
+    sys_fit, vals = build(theta)
+    std_flat = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    stds, o = [], 0
+    for s in shapes:
+        k = int(np.prod(s, dtype=int))
+        stds.append(std_flat[o : o + k].reshape(s))
+        o += k
+    y = unravel(flat)
+    init_states = []
+    for i in range(len(trajs)):
+        gi, b = where_traj[i]
+        t = tables[gi]
+        g0 = G.rplus(t["g"][b, 0, 0], y[1][gi][b, 0])
+        init_states.append(sys_fit.state_from_velocity(g0, y[2][gi][b, 0]))
+    return FitResult(
+        system=sys_fit,
+        values=tuple(vals),
+        std=tuple(stds),
+        covariance=cov,
+        names=names,
+        initial_states=init_states,
+        sigma=math.sqrt(s2),
+        cost=float(0.5 * np.sum(r_all**2)),
+        converged=converged,
+        rank_ratio=ratio,
+        status=status,
+        num_steps=num_steps,
+    )
+
+
+def _levenberg_marquardt(fn, rtol, atol):
+    """Levenberg–Marquardt with Marquardt's diagonal scaling (Nocedal & Wright, *Numerical
+    Optimization*, 2nd ed., Springer 2006, §10.3), the Jacobian by forward mode (``jax.jacfwd``:
+    the unknowns are few, the residuals many), in one compiled ``lax.while_loop``.
+
+    Converged when the Gauss–Newton decrement ``½ gᵀ(JᵀJ)⁻¹g`` (the decrease a full Gauss–Newton
+    step would still bring) is at most ``rtol·cost + atol``, or an accepted step changes the cost
+    by at most ``rtol·cost + atol`` and moves the unknowns by at most
+    ``sqrt(rtol)·(|x| + sqrt(rtol))``, or the gradient vanishes.  Returns
+    ``solve(x0, args, max_steps) -> (x, r, J, converged, steps, reason)`` (residuals and
+    Jacobian at ``x``), one compiled program for every ``args`` and ``max_steps``.
+    """
+
+    def both(x, args):
+        r = fn(x, args)
+        return r, r
+
+    jac_and_value = jax.jacfwd(both, has_aux=True)  # one copy of the model in the program
+
+    @eqx.filter_jit
+    def run(x0, args, max_steps):
+        dtype = x0.dtype
+        r_shape = jax.eval_shape(lambda x: fn(x, args), x0).shape
+        inf = jnp.asarray(jnp.inf, dtype)
+        init = (
+            x0,  # accepted point
+            jnp.zeros(r_shape, dtype),
+            jnp.zeros((*r_shape, x0.size), dtype),
+            inf,  # its cost (none accepted yet)
+            x0,  # trial point
+            jnp.asarray(1e-3, dtype),
+            jnp.asarray(0),
+            jnp.asarray(False),
+        )
+
+        def cond(c):
+            *_, lam, k, done = c
+            return (~done) & (k < max_steps) & (lam < 1e16)
+
+        def body(c):
+            x, r, J, cost, xt, lam, k, _ = c
+            Jt, rt = jac_and_value(xt, args)
+            cost_t = 0.5 * jnp.sum(rt**2)
+            ok = jnp.isfinite(cost_t) & (cost_t <= cost)
+            first = ~jnp.isfinite(cost)
+            small = (
+                ok
+                & ~first
+                & (cost - cost_t <= rtol * cost_t + atol)
+                & (
+                    jnp.linalg.norm(xt - x)
+                    <= jnp.sqrt(rtol) * (jnp.linalg.norm(x) + jnp.sqrt(rtol))
+                )
+            )
+            x = jnp.where(ok, xt, x)
+            r = jnp.where(ok, rt, r)
+            J = jnp.where(ok, Jt, J)
+            cost = jnp.where(ok, cost_t, cost)
+            lam = jnp.where(first, lam, jnp.where(ok, lam / 3.0, lam * 2.0))
+            JtJ = J.T @ J
+            g = J.T @ r
+            D = jnp.maximum(jnp.diag(JtJ), jnp.finfo(dtype).tiny)
+            dx = -jnp.linalg.solve(JtJ + lam * jnp.diag(D), g)
+            # the Gauss–Newton decrement: what a full Gauss–Newton step would still gain
+            dec = 0.5 * g @ jnp.linalg.solve(JtJ + 1e-12 * jnp.diag(D), g)
+            converged_here = ~first & (dec <= rtol * cost + atol)
+            done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
+            return (x, r, J, cost, x + dx, lam, k + 1, done)
+
+        x, r, J, _, _, lam, k, done = jax.lax.while_loop(cond, body, init)
+        return x, r, J, done, k, lam
+
+    def solve(x0, args, max_steps):
+        x, r, J, done, k, lam = run(x0, args, jnp.asarray(max_steps))
+        done, k, lam = bool(done), int(k), float(lam)
+        if done:
+            why = "converged"
+        elif lam >= 1e16:
+            why = "the damping grew without bound (no step lowers the cost)"
+        else:
+            why = f"max_steps={max_steps} reached"
+        return x, r, J, done, k, why
+
+    return solve

@@ -1,0 +1,265 @@
+"""Learned models as ordinary geomjax systems.
+
+A neural term is a callable :class:`equinox.Module` placed where a system takes a function: a
+:class:`NeuralPotential` is a ``potential`` of :class:`~geomjax.EulerPoincareSystem` /
+:class:`~geomjax.RigidBody` / :class:`~geomjax.RigidBodySE3`, a :class:`NeuralDissipation` is its
+``force``.  The network's weights are then leaves of the system, so every integrator, the
+adjoints, :func:`~geomjax.simulate_sharded` and the optimal control solvers work on the learned
+model unchanged, and the model keeps the structure of the discrete flow: the LGVI of a learned
+potential stays on the group to round-off and conserves the learned energy (no drift) — the
+route of Lie group (forced) variational integrator networks (Duruisseaux, Duong, Leok &
+Atanasov, *Lie group forced variational integrator networks for learning and control of robot
+systems*, L4DC 2023, §3–4) and, in continuous time, of Duong & Atanasov, *Hamiltonian-based
+neural ODE networks on the SE(3) manifold for dynamics learning and control*, RSS 2021.
+
+:func:`fit_model` trains any selection of a system's leaves (default: every floating array of
+its neural terms) through the discrete flow with optax on the multiple-shooting loss of
+:func:`~geomjax.learn.fitting_loss` (position-only or position–velocity records; the segments'
+initial states are learned with the weights).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..lie import SE3, SO3, LieGroup
+from .identify import fitting_loss
+
+__all__ = ["NeuralDissipation", "NeuralPotential", "fit_model", "neural_leaves"]
+
+
+def _n_features(group: LieGroup, invariant: str | None) -> int:
+    if invariant == "vertical":
+        return 3 if group == SO3 else 4
+    return 9 if group == SO3 else (12 if group == SE3 else int(np.prod(group.element_shape)))
+
+
+def _features(group: LieGroup, g, invariant: str | None = None):
+    """Network input of a configuration: the rotation's entries (and the position on SE(3));
+    smooth on the whole group (no chart).  ``invariant="vertical"``: only what gravity sees, the
+    vertical in the body frame ``Rᵀe₃`` (and the height ``x₃`` on SE(3)) — a potential invariant
+    under rotations about the vertical and horizontal translations, by construction."""
+    if invariant == "vertical":
+        if group == SO3:
+            return g[2, :]
+        return jnp.concatenate([g[2, :3], g[2:3, 3]])
+    if group == SO3:
+        return g.reshape(-1)
+    if group == SE3:
+        return jnp.concatenate([g[:3, :3].reshape(-1), g[:3, 3]])
+    return g.reshape(-1)
+
+
+class NeuralPotential(eqx.Module):
+    """``V(g) = V_prior(g) + scale · MLP(features(g))``: a learned potential on SO(3) or SE(3).
+
+    Arguments:
+        group: ``geomjax.SO3`` or ``geomjax.SE3`` (any group: its matrix entries are the input).
+        key: a ``jax.random.PRNGKey`` for the weights.
+        width, depth: the MLP's hidden width and number of hidden layers (softplus activations:
+            a smooth potential, so its torque ``-dV`` is continuous).
+        scale: output scale (the network's last layer starts small: ``V ≈ V_prior``).
+        prior: optional known part of the potential (a callable of ``g``).
+        invariant: ``None`` (any potential) or ``"vertical"`` (a function of ``Rᵀe₃``, and of the
+            height on SE(3), only: the symmetry of gravity built in, so the learned model
+            conserves the vertical component of the angular momentum exactly as the true one).
+    """
+
+    mlp: eqx.nn.MLP
+    group: LieGroup = eqx.field(static=True)
+    scale: float = eqx.field(static=True, default=1.0)
+    prior: object = None
+    invariant: str | None = eqx.field(static=True, default=None)
+
+    def __init__(
+        self, group, key, width=32, depth=2, scale=1.0, prior=None, invariant=None, dtype=None
+    ):
+        if invariant not in (None, "vertical"):
+            raise ValueError(
+                f"NeuralPotential: argument 'invariant' must be None or 'vertical', got {invariant!r}"
+            )
+        if invariant == "vertical" and group not in (SO3, SE3):
+            raise ValueError("NeuralPotential: invariant='vertical' needs group SO3 or SE3")
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        n_in = _n_features(group, invariant)
+        self.group, self.scale, self.prior, self.invariant = group, float(scale), prior, invariant
+        mlp = eqx.nn.MLP(n_in, "scalar", width, depth, activation=jax.nn.softplus, key=key)
+        self.mlp = jax.tree_util.tree_map(
+            lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, mlp
+        )
+
+    def __call__(self, g):
+        V = self.scale * self.mlp(_features(self.group, g, self.invariant))
+        if self.prior is not None:
+            V = V + self.prior(g)
+        return V
+
+
+class NeuralDissipation(eqx.Module):
+    """A learned dissipative body force ``F(t, g, μ) = −D(g) ξ`` with ``ξ = I⁻¹μ`` and
+    ``D(g) = L(g) L(g)ᵀ`` positive semidefinite by construction (``L`` lower triangular from an
+    MLP), so ``dE/dt = −ξᵀ D ξ ≤ 0``: the learned force never creates energy.
+
+    It needs the inertia to turn momentum into velocity: build it with the system's inertia
+    (``NeuralDissipation(group, inertia, key)``; fit the two together through ``where``).
+    Velocity dependent: not reversible by :class:`~geomjax.ReversibleAdjoint` (use
+    ``checkpoint=True``)."""
+
+    mlp: eqx.nn.MLP
+    inertia: jax.Array
+    group: LieGroup = eqx.field(static=True)
+    scale: float = eqx.field(static=True, default=0.1)
+
+    def __init__(self, group, inertia, key, width=16, depth=1, scale=0.1, dtype=None):
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        n = group.dim
+        n_in = _n_features(group, None)
+        self.group, self.scale = group, float(scale)
+        self.inertia = jnp.asarray(inertia, dtype)
+        mlp = eqx.nn.MLP(n_in, n * (n + 1) // 2, width, depth, activation=jax.nn.softplus, key=key)
+        self.mlp = jax.tree_util.tree_map(
+            lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, mlp
+        )
+
+    def damping(self, g):
+        n = self.group.dim
+        L = (
+            jnp.zeros((n, n), self.inertia.dtype)
+            .at[np.tril_indices(n)]
+            .set(self.scale * self.mlp(_features(self.group, g)))
+        )
+        return L @ L.T
+
+    def __call__(self, t, g, mu):
+        xi = jnp.linalg.solve(self.inertia, mu)
+        return -self.damping(g) @ xi
+
+
+def neural_leaves(system):
+    """``where`` selecting every floating array of the neural terms (:class:`NeuralPotential`,
+    :class:`NeuralDissipation`) of ``system`` — the default of :func:`fit_model`."""
+
+    def is_neural(x):
+        return isinstance(x, NeuralPotential | NeuralDissipation)
+
+    mods = [x for x in jax.tree_util.tree_leaves(system, is_leaf=is_neural) if is_neural(x)]
+    if not mods:
+        raise ValueError("fit_model: argument 'system' has no neural term; pass 'where'")
+    # structure only (eqx.tree_at calls this on a tree of placeholders): weights and biases
+    return tuple(
+        x
+        for m in mods
+        for layer in m.mlp.layers
+        for x in (layer.weight, layer.bias)
+        if x is not None
+    )
+
+
+def fit_model(
+    system,
+    data,
+    where=None,
+    *,
+    optimizer=None,
+    steps: int = 500,
+    segment_length=10,
+    substeps: int = 1,
+    method=None,
+    noise=1.0,
+    velocity_noise=None,
+    continuity_weight: float = 1.0,
+    adjoint=None,
+    callback=None,
+):
+    """Train the leaves ``where(system)`` (default :func:`neural_leaves`) through the discrete flow.
+
+    Minimizes the multiple-shooting loss of :func:`~geomjax.learn.fitting_loss` (short segments,
+    ``segment_length`` samples, tied by continuity residuals of weight ``continuity_weight``: the
+    gradient never crosses a long, possibly chaotic, horizon) with ``optimizer`` (default
+    ``optax.adam`` with a learning rate decaying from 1e-2 to 5e-4) for ``steps`` steps, the
+    segments' initial configurations and velocities learned with the weights.
+
+    ``segment_length`` may be a schedule, a sequence of ``(length, steps)`` stages, e.g.
+    ``((2, 300), (5, 200), (10, 200))``: short segments first (each nearly linear in the unknown
+    forces), then longer ones (the long-horizon behaviour); ``steps`` is then ignored.
+
+    Returns:
+        ``(system, losses)``: the trained system and the loss after each step (NumPy; the loss
+        is ``½ Σ r²`` in units of the noise, so ≈ half the number of residuals once fitted).
+    """
+    import optax
+
+    where = neural_leaves if where is None else where
+    stages = (
+        [(int(segment_length), int(steps))]
+        if isinstance(segment_length, int | np.integer)
+        else [(int(a), int(b)) for a, b in segment_length]
+    )
+    total = sum(b for _, b in stages)
+    if optimizer is None:
+        optimizer = optax.adam(optax.exponential_decay(1e-2, total, 0.05))
+    losses = []
+    state = None
+    for length, n_steps in stages:
+        loss, y0, unravel = fitting_loss(
+            system,
+            data,
+            where,
+            kinds="free",
+            method=method,
+            substeps=substeps,
+            segment_length=length,
+            noise=noise,
+            velocity_noise=velocity_noise,
+            continuity_weight=continuity_weight,
+            adjoint=adjoint,
+        )
+        n_theta = sum(int(np.size(x)) for x in _as_tuple(where(system)))
+        # the optimizer state of the weights carries over the stages; the segments' states not
+        opt_state = (
+            optimizer.init(y0) if state is None else _carry_state(optimizer, state, y0, n_theta)
+        )
+
+        @jax.jit
+        def step(y, opt_state, loss=loss):
+            val, grad = jax.value_and_grad(loss)(y)
+            upd, opt_state = optimizer.update(grad, opt_state, y)
+            return optax.apply_updates(y, upd), opt_state, val
+
+        y = y0
+        for _ in range(n_steps):
+            y, opt_state, val = step(y, opt_state)
+            losses.append(float(val))
+            if callback is not None:
+                callback(len(losses) - 1, losses[-1])
+        state = opt_state
+        theta = unravel(y)[0]
+        leaves = _as_tuple(where(system))
+        vals = tuple(t.reshape(np.shape(x)) for t, x in zip(theta, leaves, strict=True))
+        single = not isinstance(where(system), tuple | list)
+        system = eqx.tree_at(where, system, replace=vals[0] if single else vals)
+    return system, np.asarray(losses)
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, tuple | list) else (x,)
+
+
+def _carry_state(optimizer, old_state, y0, n_theta):
+    """A fresh optimizer state for ``y0`` whose step count and the weights' moment estimates come
+    from ``old_state`` (the weights come first in the vector of unknowns)."""
+    new = optimizer.init(y0)
+
+    def merge(o, n):
+        if not (eqx.is_array(o) and eqx.is_array(n)):
+            return n
+        if o.shape == n.shape:
+            return o
+        if o.ndim == 1 and n.ndim == 1:
+            return n.at[:n_theta].set(o[:n_theta])
+        return n
+
+    return jax.tree_util.tree_map(merge, old_state, new)
