@@ -28,6 +28,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "geomjax"))
 FULL = os.environ.get("GEOMJAX_FULL", "0") == "1"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Release each test module's compiled programs when it ends.  A long-lived xdist worker of
+    the long tier otherwise keeps every executable of every module it ran (5 GB resident seen),
+    and there XLA:CPU's JIT linker once failed ("Failed to materialize symbols") and then
+    crashed the worker.  Programs are rarely shared across modules, so little is recompiled."""
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
