@@ -5,7 +5,7 @@
 XLA:CPU (jaxlib 0.10) emits its fused kernels with the MLIR "fusion emitters" by default; the
 per-program compiler option ``{"xla_cpu_use_fusion_emitters": False}`` selects the older
 elemental IR emitters, which compile small programs 2-3x faster (geomjax's one-shot eager
-programs use it, ``geomjax._eager.EAGER_COMPILER_OPTIONS``).  This benchmark asks whether the
+programs use it, ``geomjax._internal.eager.EAGER_COMPILER_OPTIONS``).  This benchmark asks whether the
 time loops (``simulate``), ``diagnostics`` and a gradient step should use it too: for every case
 the same lowered program (``jax.jit(f).lower(*args)``, float64 unless stated) is compiled with
 both options in one process (``Lowered.compile(compiler_options=...)``), and
@@ -51,7 +51,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from common import double_pendulum_lagrangian, fast_mode, print_table, write_json  # noqa: E402
 
-import geomjax as gj  # noqa: E402  (imported before any computation: geomjax._xla)
+import geomjax as gj  # noqa: E402  (imported before any computation: geomjax._internal.xla_flags)
 from geomjax.systems import HeavyTop  # noqa: E402
 
 LEGACY = {"xla_cpu_use_fusion_emitters": False}

@@ -1,5 +1,5 @@
 """Import order: ``simulate`` of the free body when geomjax is imported before JAX computes
-anything (XLA's small-loop setting applies, :mod:`geomjax._xla`) and after (it cannot).
+anything (XLA's small-loop setting applies, :mod:`geomjax._internal.xla_flags`) and after (it cannot).
 
     python benchmarks/bench_import_order.py [--fast]     (or: geomjax bench import-order)
 
@@ -50,7 +50,7 @@ def child(fast):
         import geomjax as gj
     from common import time_jitted
 
-    from geomjax._xla import small_loops_in_effect
+    from geomjax._internal.xla_flags import small_loops_in_effect
 
     steps = 10_000 if fast else 100_000
     body = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))

@@ -456,7 +456,7 @@ def speed(fast):
         "NonholonomicVI(newton_iters=2)": gj.NonholonomicVI(newton_iters=2),
         "NonholonomicVI(chord=True)": gj.NonholonomicVI(chord=True),
         "NonholonomicVI(jacobian='vectorized')": gj.NonholonomicVI(jacobian="vectorized"),
-        # the array form (before the scalarized evaluation, geomjax._scalarize)
+        # the array form (before the scalarized evaluation, geomjax._internal.scalarize)
         "NonholonomicVI(scalarize=False)": gj.NonholonomicVI(scalarize=False),
         "NonholonomicVI(scalarize=False, chord=True)": gj.NonholonomicVI(
             scalarize=False, chord=True
@@ -572,8 +572,8 @@ def op_counts(fast):
     the scalarized jaxpr against the compiled HLO at batch 1024 (see the module docstring)."""
     import equinox as eqx
 
+    from geomjax._internal.scalarize import Scalarized, ScalarTuples, scalarize
     from geomjax._linalg import forward_jacobian
-    from geomjax._scalarize import Scalarized, ScalarTuples, scalarize
     from geomjax.integrators import nonholonomic as nh
 
     rows = []

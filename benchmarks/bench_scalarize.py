@@ -1,4 +1,4 @@
-"""Scalarized against array evaluation of the implicit steps (``geomjax._scalarize``).
+"""Scalarized against array evaluation of the implicit steps (``geomjax._internal.scalarize``).
 
 Every method that solves a small nonlinear system per step — ``NonholonomicVI``, the LGVI on
 groups other than the hand-written SO(3) Cayley kernel, DEL and RATTLE, the reconstruction LGVI —

@@ -1,5 +1,5 @@
 """XLA:CPU's small-loop compilation: XLA's default threshold (1 kB) against the 16 MiB geomjax
-sets at import (:mod:`geomjax._xla`), on the integrators and on the bare-scan references.
+sets at import (:mod:`geomjax._internal.xla_flags`), on the integrators and on the bare-scan references.
 
     python benchmarks/bench_xla_loops.py [--fast]     (or: geomjax bench xla-loops)
 

@@ -220,7 +220,7 @@ def restart_case(steps, rows):
     """Save → load → continue equals the uninterrupted run bitwise (the README's guarantee).
 
     Why the same ``save_every`` and at least two saved blocks in each part: with geomjax's XLA
-    setting (``geomjax._xla``) a run's loops over blocks and steps are compiled into one LLVM
+    setting (``geomjax._internal.xla_flags``) a run's loops over blocks and steps are compiled into one LLVM
     kernel, and XLA:CPU always lets LLVM contract a multiply and an add into one FMA (one
     rounding instead of two) where it finds them in one basic block — which depends on the
     loops around the step: the outer loop of a run with a single block (or the inner one with

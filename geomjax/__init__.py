@@ -11,18 +11,21 @@ Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
 
 Two things are set at import, each with a switch (the documentation's Architecture page lists
-them): a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS`` (:mod:`geomjax._xla`:
+them): a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`:
 time loops and Newton solves compiled as single kernels; ``GEOMJAX_XLA_FLAGS=0`` turns it off),
 effective when geomjax is imported before JAX's first computation (XLA reads its flags once;
 imported later, geomjax warns); and :func:`gc.freeze` of the
-objects that exist at the end of the import (:mod:`geomjax._gc`: full collections during tracing
+objects that exist at the end of the import (:mod:`geomjax._internal.gc_freeze`: full collections during tracing
 no longer walk them; ``GEOMJAX_GC_FREEZE=0`` turns it off).
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from . import _xla as _xla  # sets XLA_FLAGS at import, before anything can compute
+# first: sets XLA_FLAGS at import, before anything can compute
+from ._internal import xla_flags as _xla_flags  # noqa: F401
+
+# isort: split
 from . import integrators, lie, systems, variational
 from .integrators import (
     LGVI,
@@ -251,7 +254,7 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-# last: everything imported so far lives as long as the process (geomjax._gc)
-from . import _gc  # noqa: E402 (last, by design)
+# last: everything imported so far lives as long as the process (geomjax._internal.gc_freeze)
+from ._internal import gc_freeze as _gc_freeze  # noqa: E402 (last, by design)
 
-_gc.freeze_import_time_objects()
+_gc_freeze.freeze_import_time_objects()

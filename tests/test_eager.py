@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import geomjax as gj
-from geomjax._eager import HOST_CALLS, known_value, quick_compiled
+from geomjax._internal.eager import HOST_CALLS, known_value, quick_compiled
 from geomjax._linalg import spd_inverse
 from geomjax.systems.base import check_finite, check_spd
 
@@ -201,7 +201,7 @@ def test_control_riemann_and_reconstruction_are_imported_on_first_use():
 
 def test_diagnostics_eagerly_under_jit_and_under_eager_grad_agree_with_the_closed_form():
     # eagerly, diagnostics is one top-level program compiled with XLA:CPU's legacy emitters
-    # (geomjax._eager.LEGACY_EMITTERS); inside jit it is inlined (no compiler options allowed
+    # (geomjax._internal.eager.LEGACY_EMITTERS); inside jit it is inlined (no compiler options allowed
     # there) and under an eager grad compiled normally: the same numbers to round-off, and the
     # free body's energy and momenta in closed form (E = ½ Σ Π_i²/I_i, spatial momentum R Π)
     inertia = np.array([1.0, 2.0, 3.0])

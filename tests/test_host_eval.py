@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import geomjax as gj
-from geomjax import _host_eval
-from geomjax._eager import EAGER_COMPILER_OPTIONS, quick_compiled
+from geomjax._internal import host_eval as _host_eval
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, quick_compiled
 from geomjax.lie.base import EAGER_JIT_METHODS
 from tests.lie.test_eager import _count_compiles
 

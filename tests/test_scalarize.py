@@ -1,4 +1,4 @@
-"""``geomjax._scalarize.scalarize``: a program evaluated scalar by scalar computes what the array
+"""``geomjax._internal.scalarize.scalarize``: a program evaluated scalar by scalar computes what the array
 program computes (the same primitives: round-off agreement, float64 and float32), under ``jit``,
 ``vmap`` and ``grad``/``jacfwd`` (derivatives against the array program's and against central
 differences), with no array kernels left (no ``dot_general``, reductions, concatenations in the
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import geomjax as gj
+from geomjax._internal.scalarize import Unsupported, scalarize
 from geomjax._linalg import forward_jacobian
-from geomjax._scalarize import Unsupported, scalarize
 
 
 def _rigid(R, w, x):
@@ -166,7 +166,7 @@ def test_unstack_of_a_vector_and_fallback_when_the_scalarizer_fails(monkeypatch)
     assert "unstack" in str(jax.make_jaxpr(f)(q))
     np.testing.assert_allclose(jax.jit(scalarize(f, strict=True))(q), f(q), rtol=1e-15)
 
-    from geomjax import _scalarize
+    from geomjax._internal import scalarize as _scalarize
 
     def broken(self, x, value, config, shape):
         raise TypeError("an evaluator bug")

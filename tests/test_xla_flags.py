@@ -1,4 +1,4 @@
-"""geomjax._xla: the XLA:CPU small-loop threshold set at import (XLA_FLAGS), its opt-outs, and
+"""geomjax._internal.xla_flags: the XLA:CPU small-loop threshold set at import (XLA_FLAGS), its opt-outs, and
 that it takes effect (loops compiled as single kernels) with results equal to round-off."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from geomjax._xla import SMALL_LOOP_BYTES, XLA_FLAG, configure_xla_flags
+from geomjax._internal.xla_flags import SMALL_LOOP_BYTES, XLA_FLAG, configure_xla_flags
 
 
 def test_configure_adds_the_flag_once_and_keeps_other_flags():
@@ -84,7 +84,7 @@ _GC_PROBE = "import gc, geomjax; print(gc.get_freeze_count())"
 
 @pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False), ("off", False)])
 def test_import_freezes_the_objects_it_leaves_unless_opted_out(setting, frozen):
-    """geomjax._gc: ``import geomjax`` ends with ``gc.freeze()`` (the import-time objects leave
+    """geomjax._internal.gc_freeze: ``import geomjax`` ends with ``gc.freeze()`` (the import-time objects leave
     the cyclic collector's scans); ``GEOMJAX_GC_FREEZE=0`` turns it off."""
     env = {k: v for k, v in os.environ.items() if k != "GEOMJAX_GC_FREEZE"}
     if setting is not None:
@@ -144,7 +144,7 @@ def test_import_after_jax_computation_warns_with_cause_and_fix(tmp_path, order):
 def test_threshold_detection():
     """``_threshold_in`` recognizes the raised small-loop threshold in an ``XLA_FLAGS`` string
     (geomjax's own entry or a user's), and not XLA's default or an unrelated option."""
-    from geomjax._xla import _threshold_in
+    from geomjax._internal.xla_flags import _threshold_in
 
     assert _threshold_in(XLA_FLAG)
     assert _threshold_in(f"--xla_cpu_enable_fast_math=false {XLA_FLAG}")
@@ -169,7 +169,7 @@ def test_so3_newton_unrolled_exactly_when_the_setting_is_missing(monkeypatch, in
     import jax.numpy as jnp
 
     import geomjax as gj
-    from geomjax import _xla
+    from geomjax._internal import xla_flags as _xla
 
     monkeypatch.setattr(_xla, "_IN_EFFECT", in_effect)
     monkeypatch.delenv("GEOMJAX_NEWTON_UNROLL", raising=False)
@@ -195,7 +195,7 @@ if sys.argv[1] == "late":
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import geomjax as gj
-from geomjax._xla import small_loops_in_effect
+from geomjax._internal.xla_flags import small_loops_in_effect
 body = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
 s0 = gj.RigidBodyState(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])), jnp.array([0.8, -0.3, 1.1]))
 sol = gj.simulate(body, gj.LGVI(), s0, 0.01, 2000, save_every=100)

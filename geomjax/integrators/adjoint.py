@@ -54,7 +54,7 @@ over): free body LGVI batch 1 5.4× → 4.7×, batch 256 4.2× → 3.6×; Chaply
 2.2×.
 
 Measured in ``benchmarks/bench_adjoint.py`` (shared 2-core CPU, free body, dt 0.01, float64
-unless said; figures from before the handover and before :mod:`geomjax._xla` unless said):
+unless said; figures from before the handover and before :mod:`geomjax._internal.xla_flags` unless said):
 
 * memory: XLA temp memory of the gradient constant in the number of steps (4.4 KiB from 1e3 to
   1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
@@ -74,7 +74,7 @@ unless said; figures from before the handover and before :mod:`geomjax._xla` unl
   run), and replaying it into the SO(3) kernel's solve on scalar entries (the (3,) vector's
   cotangent was assembled from three ``pad`` fusions, each recomputing the ~250-operation
   transposed solve) to **2.7×** for the states (151 ns, forward 55 ns) and 3.4× with the
-  inertia (189 ns).  With :mod:`geomjax._xla`'s loop compilation, same machine: forward 38 ns,
+  inertia (189 ns).  With :mod:`geomjax._internal.xla_flags`'s loop compilation, same machine: forward 38 ns,
   gradient 134 ns (3.5×), with the inertia 191 ns (5.0×) — faster in absolute terms, but the
   forward run gains more.  In the compiled backward step XLA:CPU still evaluates the shared
   part of the transposed implicit solve (the adjoint solve) once per parameter or momentum

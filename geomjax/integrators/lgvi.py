@@ -45,8 +45,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.scalarize import scalarize
 from .._linalg import spd_inverse, two_sum
-from .._scalarize import scalarize
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa

@@ -28,8 +28,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.scalarize import Scalarized, ScalarTuples
 from .._linalg import forward_jacobian, small_solve
-from .._scalarize import Scalarized, ScalarTuples
 
 __all__ = ["dense_jac_solve", "newton_solve", "record_solutions", "replay_solutions"]
 
@@ -131,7 +131,7 @@ def _unroll_iterations() -> bool:
 def _unroll_scalar_iterations(x) -> bool:
     """Unroll a scalar iteration (the SO(3) kernel's Newton solve) here?  As
     :func:`_unroll_iterations`, and on CPU also when XLA's small-loop setting is not in effect
-    in this process (:func:`geomjax._xla.small_loops_in_effect`: geomjax imported after JAX's
+    in this process (:func:`geomjax._internal.xla_flags.small_loops_in_effect`: geomjax imported after JAX's
     first computation, or opted out) and ``x`` is one unbatched scalar: a rolled loop is then
     a ``while`` of separately dispatched kernels inside every step, which costs more than the
     iterations' few dozen flops (the free body's LGVI, 1e5 steps saved every 100th, 2-core
@@ -141,7 +141,7 @@ def _unroll_scalar_iterations(x) -> bool:
     forced = os.environ.get("GEOMJAX_NEWTON_UNROLL", "auto").strip().lower()
     if forced in ("1", "true", "unrolled", "0", "false", "rolled") or _unroll_iterations():
         return _unroll_iterations()
-    from .._xla import small_loops_in_effect
+    from .._internal.xla_flags import small_loops_in_effect
 
     return not small_loops_in_effect() and jnp.ndim(x) == 0 and not _batch_traced(x)
 

@@ -82,8 +82,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.scalarize import scalarize
 from .._linalg import forward_jacobian, saddle_solve_schur
-from .._scalarize import scalarize
 from ..systems.nonholonomic import (
     AbstractNonholonomicSystem,
     NonholonomicState,
@@ -229,7 +229,7 @@ def _solve(residual, x0, args, iters, A_of, k, jacobian, chord=False, scalar=Tru
     )
 
 
-# The pieces of the step that are scalarized (geomjax._scalarize) are module-level functions of
+# The pieces of the step that are scalarized (geomjax._internal.scalarize) are module-level functions of
 # their arguments alone: their scalar programs are then cached and shared (the node acceleration
 # of init and of every step, every compilation of the same system).
 def _start(system, g, x, v, lam, vdot, h, t, control):
@@ -396,7 +396,7 @@ class NonholonomicVI(AbstractMethod):
         return state, jax.lax.stop_gradient(vdot)
 
     def _sc(self, fun):
-        """``fun`` scalarized (:func:`geomjax._scalarize.scalarize`) unless ``scalarize=False``."""
+        """``fun`` scalarized (:func:`geomjax._internal.scalarize.scalarize`) unless ``scalarize=False``."""
         return scalarize(fun) if self.scalarize else fun
 
     def finalize(self, system, carry):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import LEGACY_EMITTERS, quick_compiled, top_level_options
+from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from ._so3_soa import batch_last_carry
 from .base import AbstractAdjoint, AbstractMethod
 
@@ -621,7 +621,7 @@ def _control_chunk(blocks, save_every: int) -> int:
     small ``(chunk, dim)`` array per chunk and leaves the per-step slices small (measured 0.37
     µs/step for chunks of 4–16 steps, ≤ 384 bytes; 1.4 µs again from ~1 kB).  The steps and
     their arithmetic are unchanged (bitwise the same results).  (The ~1 kB is most likely XLA's
-    default threshold for compiling a small loop into one kernel, which :mod:`geomjax._xla`
+    default threshold for compiling a small loop into one kernel, which :mod:`geomjax._internal.xla_flags`
     raises to 16 MiB at import; whether the chunking still pays with that setting was not
     re-measured.)"""
     if blocks is None:

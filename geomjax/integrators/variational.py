@@ -152,7 +152,7 @@ def discrete_legendre(system, rule, q0, v, h, t=0.0, u=None):
 
 def _solve(residual, x0, args, iters, scalar=True, exit=True):
     jac_solve = dense_jac_solve(residual)
-    # scalar: scalar by scalar, a few fused kernels per iteration (geomjax._scalarize)
+    # scalar: scalar by scalar, a few fused kernels per iteration (geomjax._internal.scalarize)
     return newton_solve(
         residual, x0, args, iters=iters, jac_solve=jac_solve, scalarize=scalar, early_exit=exit
     )
@@ -208,7 +208,7 @@ class _VariationalMethod(AbstractMethod):
     symmetric: ClassVar[bool] = True
     symmetric_with_force: ClassVar[bool] = True
     #: evaluate the Newton residuals and Jacobian solves scalar by scalar
-    #: (:func:`geomjax._scalarize.scalarize`: the same numbers to round-off, a few fused kernels
+    #: (:func:`geomjax._internal.scalarize.scalarize`: the same numbers to round-off, a few fused kernels
     #: per iteration instead of one per small array operation; programs without a scalar form
     #: fall back to the array form)
     scalarize: bool = eqx.field(static=True, default=True, kw_only=True)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .._warn import warn
+from .._internal.warn import warn
 from ..integrators import LGVI, simulate
 from . import parameterize as P
 from .data import Trajectory, check_trajectory

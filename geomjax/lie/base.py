@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import eager_jit, known_value, quick_compiled
+from .._internal.eager import eager_jit, known_value, quick_compiled
 from ._math import as_float
 
 __all__ = ["LieGroup", "check_shape"]

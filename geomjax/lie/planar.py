@@ -174,7 +174,7 @@ def _se2_jac(xi, left: bool):
 
 def _lower_block(u, Vb, corner=None):
     """``[[corner, 0], [u, Vb]]`` (``corner`` 1 by default), built by concatenation: a scatter
-    (``.at[].set``) would cost the scalarized steps a trace-time XLA compile (geomjax._scalarize)."""
+    (``.at[].set``) would cost the scalarized steps a trace-time XLA compile (geomjax._internal.scalarize)."""
     if corner is None:
         one = jnp.ones(u.shape[:-1] + (1, 1), u.dtype)
     else:

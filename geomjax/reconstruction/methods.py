@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._scalarize import Scalarized
+from .._internal.scalarize import Scalarized
 from ..integrators.base import AbstractMethod, StepStats, needs_reorthonormalization
 from ..integrators.newton import dense_jac_solve, newton_solve
 from ..integrators.rkmk import rkmk4_step
@@ -151,7 +151,7 @@ class MomentumLGVI(AbstractMethod):
     newton_iters: int = eqx.field(static=True, default=6)
     reorthonormalize: bool | None = eqx.field(static=True, default=None)
     #: evaluate the Newton residual and Jacobian solve scalar by scalar
-    #: (:func:`geomjax._scalarize.scalarize`; the same numbers to round-off)
+    #: (:func:`geomjax._internal.scalarize.scalarize`; the same numbers to round-off)
     scalarize: bool = eqx.field(static=True, default=True)
     early_exit: bool = eqx.field(static=True, default=True)
     order: ClassVar[int] = 2
@@ -177,7 +177,7 @@ class MomentumLGVI(AbstractMethod):
         x0 = jnp.concatenate([xi0, jnp.zeros((m,), mu.dtype)])
         res_fn = _DELResidual(G)
         jac_solve = dense_jac_solve(res_fn)
-        if self.scalarize:  # a few fused kernels per iteration (geomjax._scalarize)
+        if self.scalarize:  # a few fused kernels per iteration (geomjax._internal.scalarize)
             # on an array iterate: carrying it as scalars (newton_solve(scalarize=True)) is 3%
             # faster unbatched but 15% slower at batch 1024 here (bench_scalarize.py, gyrostat)
             res_fn, jac_solve = Scalarized(res_fn), Scalarized(jac_solve)

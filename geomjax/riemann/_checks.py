@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import quick_compiled
+from .._internal.eager import quick_compiled
 from .._linalg import (
     describe_degeneracy,
     is_degenerate,

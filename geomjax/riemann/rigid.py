@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._warn import warn
+from .._internal.warn import warn
 from ..lie._math import as_float, cross
 from ._checks import Checker, check_finite, check_positive, is_traced
 

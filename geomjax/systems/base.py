@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import known_value
+from .._internal.eager import known_value
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,

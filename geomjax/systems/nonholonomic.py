@@ -54,8 +54,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._dependence import method_depends_on
-from .._eager import quick_compiled
+from .._internal.dependence import method_depends_on
+from .._internal.eager import quick_compiled
+from .._internal.scalarize import scalarize
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,
@@ -64,7 +65,6 @@ from .._linalg import (
     saddle_solve_schur,
     small_solve_columns,
 )
-from .._scalarize import scalarize
 from ..lie.base import LieGroup, check_shape
 from .base import AbstractSystem, check_finite
 
@@ -93,7 +93,7 @@ def saddle_solve(M, A, f, c):
 @quick_compiled
 def _consistent_state(system, g, x, v, t, project):
     # one program per system structure (eager autodiff of the saddle system is slow); a one-shot
-    # program, so the eager tier's (geomjax._eager): evaluated on the host for its first calls,
+    # program, so the eager tier's (geomjax._internal.eager): evaluated on the host for its first calls,
     # then compiled without XLA's backend optimizations (BallOnTurntable.state: 2.1 s → ~0.3 s)
     if project:
         v = system.project_velocity(g, x, v, t)
@@ -117,7 +117,7 @@ def _saddle_blocks(system, g, x, v, t):
 
 def node_acceleration(system, t, g, x, v, control=None):
     """``system.acceleration(t, g, x, v, control)`` as a module-level function of its arguments
-    alone: :func:`geomjax._scalarize.scalarize` caches its scalar program per system structure,
+    alone: :func:`geomjax._internal.scalarize.scalarize` caches its scalar program per system structure,
     shared by :meth:`AbstractNonholonomicSystem.make_state` and every
     :class:`~geomjax.NonholonomicVI` step."""
     return system.acceleration(t, g, x, v, control)
@@ -127,7 +127,7 @@ def node_acceleration(system, t, g, x, v, control=None):
 def _constraint_defect(system, g, x, v, t):
     # one program (cached per system structure): eagerly, the autodiff of the constraint matrix
     # would dispatch dozens of small ops on every simulate call; the eager tier's
-    # (geomjax._eager: host-evaluated first, then compiled without backend optimizations)
+    # (geomjax._internal.eager: host-evaluated first, then compiled without backend optimizations)
     c = system.constraint(g, x, v, t)
     scale = jnp.max(jnp.abs(system.constraint_matrix(g, x, t))) * jnp.max(jnp.abs(v))
     scale = scale + jnp.max(jnp.abs(system.constraint_rhs(g, x, t)), initial=0.0) + 1.0
@@ -209,7 +209,7 @@ class AbstractNonholonomicSystem(AbstractSystem):
         d = self.group.dim
         return jnp.zeros((d,), v.dtype), jnp.zeros((self.shape_dim,), v.dtype)
 
-    # --- structure, read from the jaxprs (geomjax._dependence) --------------------------------
+    # --- structure, read from the jaxprs (geomjax._internal.dependence) --------------------------------
     def lagrangian_dependence(self, g, x, v) -> tuple[bool, bool]:
         """``(depends on g, depends on x)`` for the Lagrangian, decided structurally at trace time
         (``False`` is exact).  A G-invariant Lagrangian (sleigh, rolling ball) skips every

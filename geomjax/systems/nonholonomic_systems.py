@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import quick_compiled
+from .._internal.eager import quick_compiled
 from ..lie import SE2, SO3, LieGroup, Rn
 from ..lie._math import mv
 from .base import check_finite, check_spd
@@ -68,14 +68,14 @@ def _J2(u):
 # --- initial states from named coordinates --------------------------------------------------------
 # The arithmetic of the ``state`` helpers is one compiled function each (cached per structure):
 # evaluated op by op, a process's first state cost ~20 one-op XLA compilations (0.3 s).
-@quick_compiled  # one-shot: the eager tier (geomjax._eager)
+@quick_compiled  # one-shot: the eager tier (geomjax._internal.eager)
 def _sleigh_arrays(x, y, theta, omega, v):
     g = SE2.from_xytheta(x, y, theta)
     xi = jnp.stack([omega, v, jnp.zeros_like(v)])
     return g, xi.astype(jnp.result_type(g, xi))
 
 
-@quick_compiled  # one-shot: the eager tier (geomjax._eager)
+@quick_compiled  # one-shot: the eager tier (geomjax._internal.eager)
 def _vertical_disk_arrays(radius, x, y, theta, phi, theta_dot, phi_dot):
     g = jnp.stack([x, y, theta])
     v = jnp.stack(
@@ -84,13 +84,13 @@ def _vertical_disk_arrays(radius, x, y, theta, phi, theta_dot, phi_dot):
     return g, phi[None], v
 
 
-@quick_compiled  # one-shot: the eager tier (geomjax._eager)
+@quick_compiled  # one-shot: the eager tier (geomjax._internal.eager)
 def _ball_velocity(system, R, x, omega, t):
     xd = system.rate(t) * _J2(x) - system.radius * _J2(omega[:2])
     return jnp.concatenate([R.T @ omega, xd])
 
 
-@quick_compiled  # one-shot: the eager tier (geomjax._eager)
+@quick_compiled  # one-shot: the eager tier (geomjax._internal.eager)
 def _rolling_disk_arrays(radius, x, y, phi, theta, psi, phi_dot, theta_dot, psi_dot):
     g = SE2.from_xytheta(x, y, phi)
     v = jnp.stack([phi_dot, radius * psi_dot, jnp.zeros_like(psi_dot), theta_dot, psi_dot])

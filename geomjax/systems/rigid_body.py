@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._warn import warn
+from .._internal.warn import warn
 from ..lie import SE3, SO3, LieGroup
 from ..lie.so3 import _hat3
 from .base import AbstractLieGroupSystem, LieGroupState, check_finite, check_potential, check_spd

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._eager import quick_compiled
+from .._internal.eager import quick_compiled
 from .._linalg import small_solve
 from ..systems.base import AbstractSystem, check_finite
 

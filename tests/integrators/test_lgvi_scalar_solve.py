@@ -147,7 +147,7 @@ def test_no_vector_newton_iterations_in_the_step(monkeypatch):
     ones; the former solver's step holds its early-exit loop of vector iterations.  With XLA's
     small-loop setting in effect (the rolled scalar loop; without it the scalar iterations are
     unrolled, tests/test_xla_flags.py)."""
-    from geomjax import _xla
+    from geomjax._internal import xla_flags as _xla
 
     monkeypatch.setattr(_xla, "_IN_EFFECT", True)
     monkeypatch.delenv("GEOMJAX_NEWTON_UNROLL", raising=False)

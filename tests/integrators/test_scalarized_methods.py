@@ -1,6 +1,6 @@
 """``scalarize=True`` (the default) on the generic-group LGVI, the coordinate variational
 integrators (DEL, RATTLE) and the reconstruction LGVI: the same run as the array form to
-round-off (the same primitives, scalar by scalar; ``geomjax._scalarize``), with gradients equal
+round-off (the same primitives, scalar by scalar; ``geomjax._internal.scalarize``), with gradients equal
 to the array form's.  Speed: ``benchmarks/bench_scalarize.py``."""
 
 import jax

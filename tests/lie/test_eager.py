@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax._eager import HOST_CALLS
+from geomjax._internal.eager import HOST_CALLS
 from geomjax.lie import SE3, SO3, Rn
 from geomjax.lie.base import EAGER_JIT_METHODS
 

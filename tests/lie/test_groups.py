@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from geomjax._eager import EAGER_COMPILER_OPTIONS
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
 from geomjax.lie import LieGroup
 
 from .strategies import BATCHES, GROUPS, group_id, random_algebra, random_element, seeds

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import geomjax as gj
-from geomjax._dependence import depends_on
+from geomjax._internal.dependence import depends_on
 from geomjax._linalg import forward_jacobian, saddle_solve_schur
 from geomjax.integrators.nonholonomic import discrete_momenta
 from geomjax.systems import BallOnTurntable, ChaplyginSleigh, RollingDisk, VerticalRollingDisk

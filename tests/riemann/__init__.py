@@ -13,7 +13,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from geomjax._eager import EAGER_COMPILER_OPTIONS, top_level_options
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, top_level_options
 
 
 def check_jit(fn):

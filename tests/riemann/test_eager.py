@@ -9,7 +9,7 @@ import pytest
 
 import geomjax as gj
 from geomjax import riemann
-from geomjax._eager import HOST_CALLS
+from geomjax._internal.eager import HOST_CALLS
 from tests.lie.test_eager import _count_compiles
 
 

@@ -77,7 +77,7 @@ XLA_FLAG = f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold
 #: Warned at ``import geomjax`` when JAX's backend started before (the setting cannot apply).
 LATE_IMPORT_WARNING = (
     "geomjax was imported after JAX's first computation, so XLA:CPU's small-loop setting "
-    "(geomjax._xla) cannot apply in this process: XLA reads XLA_FLAGS once, when its backend "
+    "(geomjax._internal.xla_flags) cannot apply in this process: XLA reads XLA_FLAGS once, when its backend "
     "starts. Time loops (simulate, Newton solves) run up to 3-10x slower at small batch sizes. "
     "Fix: import geomjax before computing anything with JAX (e.g. first in the notebook), or "
     "start Python with XLA_FLAGS=" + XLA_FLAG + " (GEOMJAX_XLA_FLAGS=0 silences this warning)."
@@ -140,6 +140,6 @@ _added = configure_xla_flags()
 _IN_EFFECT = _threshold_in(_before) or (_added and not _started)
 
 if _added and _started:
-    from ._warn import warn
+    from .warn import warn
 
     warn(LATE_IMPORT_WARNING, RuntimeWarning)

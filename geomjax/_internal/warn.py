@@ -17,7 +17,7 @@ import jax
 
 _INTERNAL = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-    for m in (sys.modules[__name__.rpartition(".")[0]], equinox, jax)
+    for m in (sys.modules[__name__.partition(".")[0]], equinox, jax)
 )
 
 

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal
 
-from ._linalg import stack_scalars
+from .._linalg import stack_scalars
 
 __all__ = [
     "ScalarTuples",
@@ -536,7 +536,7 @@ def _program_key(fun, treedef, static, leaves, max_size):
         ident = (fun.__code__, fun.__defaults__, fun.__kwdefaults__, fun.__module__)
     else:
         return None
-    from ._linalg import _PLAIN_STACKS  # the stacking mode of join (adjoint backward passes)
+    from .._linalg import _PLAIN_STACKS  # the stacking mode of join (adjoint backward passes)
 
     avals = tuple((tuple(np.shape(x)), np.dtype(x.dtype), jax.typeof(x).weak_type) for x in leaves)
     key = (

@@ -3,7 +3,7 @@
 The first eager call of a group operation or an input check compiled one small XLA program:
 0.1–0.3 s of XLA:CPU code generation on a 2-core CPU, for a computation that takes
 microseconds.  :func:`evaluate` runs the same program's jaxpr with NumPy instead: the
-trace (10–70 ms) is all the first call costs.  It is the first tier of :func:`geomjax._eager`'s
+trace (10–70 ms) is all the first call costs.  It is the first tier of :func:`geomjax._internal.eager`'s
 eager programs: a signature's first calls are interpreted, later ones compiled (a compiled
 program dispatches in ~10 µs, the interpreter takes ~0.1–1 ms).
 

@@ -12,7 +12,7 @@ returns those primal values, so such checks take the eager path.
 **Host tier.**  A group operation, an input check, ``make_state``'s momentum or a metric function
 called eagerly is one small program (:func:`eager_jit`, :func:`quick_compiled`).  Its first
 :data:`HOST_CALLS` calls per signature are not compiled at all: NumPy evaluates the program's
-jaxpr (:mod:`geomjax._host_eval`), which costs the trace (10–70 ms) instead of XLA's code
+jaxpr (:mod:`geomjax._internal.host_eval`), which costs the trace (10–70 ms) instead of XLA's code
 generation (0.1–0.3 s); a later call compiles it, and from then on it dispatches in microseconds.
 
 **Quick compiles.**  Compiled, such a program's run time is the dispatch either way, so XLA's
@@ -32,7 +32,7 @@ import jax
 import numpy as np
 from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
-from . import _host_eval
+from . import host_eval as _host_eval
 
 #: XLA:CPU's legacy elemental IR emitters instead of its MLIR fusion emitters (jaxlib 0.10's
 #: default): the same kernels, compiled faster (an option of the CPU backend, ignored by others)
@@ -72,7 +72,7 @@ def _has_tracer(args, kwargs) -> bool:
 
 
 #: Eager calls of one signature (function, shapes, dtypes, static arguments) evaluated on the
-#: host (:mod:`geomjax._host_eval`) before the program is compiled.
+#: host (:mod:`geomjax._internal.host_eval`) before the program is compiled.
 HOST_CALLS = 2
 
 
@@ -96,7 +96,7 @@ class _Tiered:
             return self.quick(*args, **kwargs)
         if _under_eager_autodiff_only():
             # concrete arguments under an eager grad/jvp (e.g. the group check of a state whose
-            # primal is known, geomjax._eager.known_value): no tangent to carry, so the quick
+            # primal is known, geomjax._internal.eager.known_value): no tangent to carry, so the quick
             # program, run outside the autodiff traces (JAX takes compiler options only there)
             with jax_core.eval_context():
                 return self.quick(*args, **kwargs)
