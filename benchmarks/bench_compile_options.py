@@ -153,7 +153,7 @@ def cases(fast: bool):
     # diagnostics: one program per system; the solution is computed once, eagerly
     def diag(system):
         return lambda states, ts: gj.diagnostics(
-            system, gj.Solution(ts=ts, states=states, stats={})
+            system, gj.Solution(times=ts, states=states, stats={})
         )
 
     s032 = gj.RigidBodyState(
@@ -174,7 +174,7 @@ def cases(fast: bool):
         yield (
             f"diagnostics, {label}, {steps + 1} states",
             diag(system),
-            (sol.states, sol.ts),
+            (sol.states, sol.times),
         )
 
 

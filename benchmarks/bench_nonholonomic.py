@@ -191,7 +191,7 @@ def long_horizon(fast):
         jax.block_until_ready(sol)
         d = gj.diagnostics(system, sol)
         res["geomjax NonholonomicVI"] = (
-            np.asarray(sol.ts),
+            np.asarray(sol.times),
             np.asarray(d["energy"]),
             np.asarray(d["constraint_violation"]),
             time.perf_counter() - t0,

@@ -73,7 +73,7 @@ def lgvi_run(dt, steps, save_every, method=None, dtype=jnp.float64):
     rb = gj.RigidBody(jnp.asarray(MOMENTS, dtype))
     s0 = gj.RigidBodyState(jnp.asarray(R0, dtype), jnp.asarray(PI0, dtype))
     sol = gj.simulate(rb, method or gj.LGVI(), s0, dt, steps, save_every=save_every)
-    return np.asarray(sol.ts), np.asarray(sol.states.R), np.asarray(sol.states.Pi)
+    return np.asarray(sol.times), np.asarray(sol.states.R), np.asarray(sol.states.Pi)
 
 
 def _fixed_step(term, solver, dt, steps, y0, saveat):

@@ -257,14 +257,14 @@ def restart_case(steps, rows):
             path = first.save(Path(tmp) / f"{name}.npz", system=system)
             loaded, system2, _ = gj.load_solution(path, system, state_template=s0)
             cont = gj.simulate(system2, method, loaded.final_state, dt, half, save_every=save,
-                               t0=loaded.ts[-1], method_state=loaded.method_state)  # fmt: skip
+                               t0=loaded.times[-1], method_state=loaded.method_state)  # fmt: skip
             # the second half of the uninterrupted run's saved times and states against the
             # continued run's (its first entry is the loaded state itself)
-            k = len(cont.ts)
+            k = len(cont.times)
             a = jax.tree_util.tree_leaves(
-                jax.tree_util.tree_map(lambda x: x[-k:], (full.ts, full.states))
+                jax.tree_util.tree_map(lambda x: x[-k:], (full.times, full.states))
             )
-            b = jax.tree_util.tree_leaves((cont.ts, cont.states))
+            b = jax.tree_util.tree_leaves((cont.times, cont.states))
             diff = max(
                 float(np.max(np.abs(np.asarray(x) - np.asarray(y)), initial=0.0))
                 for x, y in zip(a, b)

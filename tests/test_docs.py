@@ -301,14 +301,14 @@ def check_sharp_bits(ns):
     assert float(ns["casimir"]["float64"]) < 1e-13
     assert 1e-13 < float(ns["casimir"]["float32"]) < 1e-5
     a, b = ns["sol_a"], ns["sol_b"]  # the jitted closure ran with two step sizes
-    np.testing.assert_allclose([a.ts[-1], b.ts[-1]], [1.0, 2.0], rtol=1e-12)
+    np.testing.assert_allclose([a.times[-1], b.times[-1]], [1.0, 2.0], rtol=1e-12)
     assert "did not converge" in ns["message"] and "newton_iters" in ns["message"]
     assert float(ns["bad"].max_residual) > 1e-10
 
 
 def check_extending(ns):
     # the LGVI on the new group against the closed form s = 0.3 cos 2t, θ = 1.5 t
-    ts = ns["sol"].ts
+    ts = ns["sol"].times
     assert float(jnp.max(jnp.abs(ns["s"] - 0.3 * jnp.cos(2 * ts)))) < 2e-4  # O(dt²)
     assert float(jnp.max(jnp.abs(ns["theta"] - 1.5 * ts))) < 1e-10  # abelian: exact
     # the new first-order method: error against the closed form halves with the step
@@ -316,7 +316,7 @@ def check_extending(ns):
     errs = []
     for sol in (ns["coarse"], ns["finer"]):
         s = group.log(sol.states.g)[:, 0]
-        errs.append(float(jnp.max(jnp.abs(s - 0.3 * jnp.cos(2 * sol.ts)))))
+        errs.append(float(jnp.max(jnp.abs(s - 0.3 * jnp.cos(2 * sol.times)))))
     assert 1.7 < errs[0] / errs[1] < 2.3, errs
 
 

@@ -223,6 +223,6 @@ def test_diagnostics_eagerly_under_jit_and_under_eager_grad_agree_with_the_close
         np.testing.assert_allclose(inside[k], eager[k], rtol=1e-14, atol=1e-15, err_msg=k)
     # d(Σ E)/dΠ = Π / I, through the diagnostics program under an eager grad
     total = lambda p: jnp.sum(  # noqa: E731
-        gj.diagnostics(body, gj.Solution(sol.ts, gj.RigidBodyState(R, p), {}))["energy"]
+        gj.diagnostics(body, gj.Solution(sol.times, gj.RigidBodyState(R, p), {}))["energy"]
     )
     np.testing.assert_allclose(jax.grad(total)(jnp.asarray(Pi)), Pi / inertia, rtol=1e-14)

@@ -40,7 +40,7 @@ def run(out: Path, fast: bool) -> list[Check]:
     sleigh = ChaplyginSleigh(mass=2.0, inertia=0.5, a=0.7)
     n = 20_000 if fast else 100_000
     sol, d = _run(sleigh, _sleigh0, 0.01, n, 10)
-    om, v, _ = sleigh.closed_form(sol.ts, 1.5, -0.4)
+    om, v, _ = sleigh.closed_form(sol.times, 1.5, -0.4)
     err = float(
         jnp.max(jnp.abs(sol.states.v[:, 0] - om)) + jnp.max(jnp.abs(sol.states.v[:, 1] - v))
     )
@@ -98,7 +98,7 @@ def run(out: Path, fast: bool) -> list[Check]:
         nb = 20_000
         bsol, bd = _run(ball, _ball0, 0.01, nb, 10)
         b0 = jax.tree_util.tree_map(lambda a: a[0], bsol.states)
-        x_cf, _ = ball.closed_form(bsol.ts, b0)
+        x_cf, _ = ball.closed_form(bsol.times, b0)
         kw = float(ball.kappa) * 1.3
         centre = b0.x + jnp.array([-b0.v[4], b0.v[3]]) / kw  # x(0) + J x'(0) / (kappa W)
         radius = jnp.linalg.norm(b0.v[3:]) / kw
@@ -129,18 +129,18 @@ def _plot(out, sol, bsol, x_cf, dsol, ed):
     panels = 3 if bsol is None else 4
     fig, ax = plt.subplots(1, panels, figsize=(4.8 * panels, 4.3))
     xyt = np.asarray(SE2.to_xytheta(sol.states.g))
-    m = int(np.searchsorted(np.asarray(sol.ts), 12.0))  # the reversal and the relaxation
+    m = int(np.searchsorted(np.asarray(sol.times), 12.0))  # the reversal and the relaxation
     ax[0].plot(xyt[:m, 0], xyt[:m, 1], lw=1.2)
     for k in range(0, m, 60):  # the blade
         c, s = np.cos(xyt[k, 2]), np.sin(xyt[k, 2])
         ax[0].plot([xyt[k, 0], xyt[k, 0] + 0.3 * c], [xyt[k, 1], xyt[k, 1] + 0.3 * s], "k-", lw=1)
     ax[0].set(title="Chaplygin sleigh: contact point and blade, t ≤ 12", xlabel="x", ylabel="y")
     ax[0].set_aspect("equal")
-    k = int(np.searchsorted(np.asarray(dsol.ts), 20.0))
+    k = int(np.searchsorted(np.asarray(dsol.times), 20.0))
     ax[1].plot(np.asarray(dsol.states.g[:k, 0, 2]), np.asarray(dsol.states.g[:k, 1, 2]), lw=0.8)
     ax[1].set(title="rolling disk: contact-point path, t ≤ 20", xlabel="x", ylabel="y")
     ax[1].set_aspect("equal")
-    ax[2].semilogy(np.asarray(dsol.ts)[1:], np.maximum(ed[1:], 1e-17), lw=0.8)
+    ax[2].semilogy(np.asarray(dsol.times)[1:], np.maximum(ed[1:], 1e-17), lw=0.8)
     ax[2].set(title="rolling disk: relative energy error", xlabel="t")
     if bsol is not None:
         a = ax[3]

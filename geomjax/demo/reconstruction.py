@@ -95,7 +95,7 @@ def run(out: Path, fast: bool) -> list[Check]:
     ax[0].set_xlabel("enclosed shape area")
     ax[0].set_title("zero-momentum reorientation (falling cat)")
     ax[0].legend()
-    ts = np.asarray(rsol.ts)
+    ts = np.asarray(rsol.times)
     thG_t = np.asarray(jax.vmap(lambda g: SO3.log(g @ gG[0].T) @ ph["axis"])(gG))
     ax[1].plot(ts, np.asarray(ph["theta_dynamic"]), label="dynamic phase theta_D")
     ax[1].plot(ts, thG_t, label="geometric part (angle of g_G about mu)")

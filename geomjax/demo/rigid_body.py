@@ -76,7 +76,7 @@ def run(out: Path, fast: bool) -> list[Check]:
     flip = simulate(rb, LGVI(), sd, 0.01, 10_000)
     ref = simulate(rb, RKMK4(), sd, 0.001, 100_000, save_every=10)  # fine 4th-order reference
     pi2, pi2_ref = np.asarray(flip.states.Pi[:, 1]), np.asarray(ref.states.Pi[:, 1])
-    t = np.asarray(flip.ts)
+    t = np.asarray(flip.times)
     n_flips = int(np.sum(np.sign(pi2[1:]) != np.sign(pi2[:-1])))
     n_flips_ref = int(np.sum(np.sign(pi2_ref[1:]) != np.sign(pi2_ref[:-1])))
     checks.append(
@@ -111,7 +111,7 @@ def run(out: Path, fast: bool) -> list[Check]:
         )
     )
 
-    _plot(out, long, errs, t, pi2, np.asarray(ref.ts), pi2_ref, ht)
+    _plot(out, long, errs, t, pi2, np.asarray(ref.times), pi2_ref, ht)
     return checks
 
 
@@ -120,7 +120,7 @@ def _plot(out, long, errs, t, pi2, t_ref, pi2_ref, ht):
 
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.3))
     for k, (name, s) in enumerate(long.items()):
-        ts = np.asarray(s.ts)[1:]
+        ts = np.asarray(s.times)[1:]
         ax[0].loglog(ts, np.maximum(errs[name][1:], 1e-17), f"C{k}-", label=f"{name}: energy")
         mom = np.asarray(diagnostics(RigidBody(jnp.array([1.0, 2.0, 3.0])), s)["spatial_momentum"])
         drift = np.linalg.norm(mom - mom[0], axis=-1)[1:] / np.linalg.norm(mom[0])

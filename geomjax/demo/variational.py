@@ -48,7 +48,7 @@ def run(out: Path, fast: bool) -> list[Check]:
     # no secular drift: the fitted linear trend over the whole run is a small fraction of the
     # bounded O(dt²) oscillation (the max of the oscillation itself jumps with the chaotic
     # excursions of the double pendulum, so a first-half/second-half max ratio is not a test)
-    t = np.asarray(sol.ts)
+    t = np.asarray(sol.times)
     trend = abs(np.polyfit(t, err, 1)[0]) * (t[-1] - t[0])
     checks.append(
         Check(
@@ -91,7 +91,7 @@ def run(out: Path, fast: bool) -> list[Check]:
             "closed form",
         )
     )
-    t_next = float(bsol.ts[k]) + (v[1] + np.sqrt(float(v[1]) ** 2 + 2 * G0 * float(q[1]))) / G0
+    t_next = float(bsol.times[k]) + (v[1] + np.sqrt(float(v[1]) ** 2 + 2 * G0 * float(q[1]))) / G0
     checks.append(
         Check(
             "  ... |next impact time − t1(1 + 2e)|",

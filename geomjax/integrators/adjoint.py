@@ -622,7 +622,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             ct_states,
             _zeros_if_none(ct_sol._final_state, sol._final_state),
         )
-    ct_ts = jnp.zeros_like(sol.ts) if ct_sol.ts is None else ct_sol.ts
+    ct_ts = jnp.zeros_like(sol.times) if ct_sol.times is None else ct_sol.times
 
     def to_carry(s, t=0.0):
         # t: the seed of methods that carry a predictor (NonholonomicVI's acceleration)
@@ -840,7 +840,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         jnp.zeros((), dtype),
         jnp.zeros((), dtype),
     )
-    xs = (later, earlier, ct_later, sol.ts[1:], ct_ts[1:], ublocks)
+    xs = (later, earlier, ct_later, sol.times[1:], ct_ts[1:], ublocks)
     (ct_x, ct_t, ct_p, ct_dt, worst), ct_us = jax.lax.scan(
         block, c0, xs, length=n_save, reverse=True
     )
@@ -888,7 +888,7 @@ def reconstruction_error(system, method, state0, dt, steps: int, controls=None, 
     Returns ``(error, reconstructed_state0)``."""
     ReversibleAdjoint().check(system, method, controls)
     sol = simulate(system, method, state0, dt, steps, controls, save_every=steps, t0=t0)
-    dtype = sol.ts.dtype
+    dtype = sol.times.dtype
     dt = jnp.asarray(dt, dtype)
     system = cast_floating(system, dtype)
     params, static = eqx.partition((system, method), eqx.is_inexact_array)
@@ -904,7 +904,7 @@ def reconstruction_error(system, method, state0, dt, steps: int, controls=None, 
     )
     (x, _), _ = jax.lax.scan(
         back,
-        (method.init(system, sol.final_state, sol.ts[-1]), sol.ts[-1]),
+        (method.init(system, sol.final_state, sol.times[-1]), sol.times[-1]),
         us,
         length=steps,
         reverse=True,

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
+from .._internal.warn import warn
 from ._so3_soa import batch_last_carry
 from .base import AbstractAdjoint, AbstractMethod
 
@@ -27,7 +28,9 @@ class Solution(eqx.Module):
     """Result of :func:`simulate` (a pytree of arrays: it can be returned from ``jit``/``vmap``).
 
     Attributes:
-        ts: ``(n_save + 1,)`` times of the saved states (the initial state included).
+        times: ``(n_save + 1,)`` times of the saved states (the initial state included); the
+            same name as :attr:`OCPSolution.times <geomjax.control.trajopt.OCPSolution>` and
+            ``MPCResult.times``.  (``ts`` is a deprecated alias.)
         states: the state pytree with a leading time axis of length ``n_save + 1``.
         stats: dict of diagnostics: ``"residual"`` ``(n_save,)``, the largest relative residual of
             the implicit solves in each block (0 for explicit methods; NaN propagates), and
@@ -38,7 +41,7 @@ class Solution(eqx.Module):
             bitwise (``AbstractMethod.carry_extra``).
     """
 
-    ts: jax.Array
+    times: jax.Array
     states: object
     stats: dict
     # the last saved state, an output of simulate's own program: under an eager jax.grad the
@@ -46,6 +49,12 @@ class Solution(eqx.Module):
     # compilations, forward and transposed, ~0.2 s in the README's gradient example)
     _final_state: object = None
     method_state: object = None
+
+    @property
+    def ts(self) -> jax.Array:
+        """Deprecated alias of :attr:`times`."""
+        warn("Solution.ts is deprecated: use Solution.times", DeprecationWarning)
+        return self.times
 
     @property
     def final_state(self):
@@ -83,7 +92,7 @@ class Solution(eqx.Module):
         fail = self._first_failure(tol)
         if fail is not None:
             k, r, tol = fail
-            ts = np.asarray(self.ts)
+            ts = np.asarray(self.times)
             span = (
                 f" (t in [{ts[..., k].min():.6g}, {ts[..., k + 1].max():.6g}])"
                 if ts.shape[-1] > k + 1
@@ -118,7 +127,11 @@ class Solution(eqx.Module):
         """
         path = Path(path)
         arrays, meta = {}, {"format": "geomjax.Solution/1"}
-        for prefix, tree in (("ts", self.ts), ("states", self.states), ("stats", self.stats)):
+        for prefix, tree in (
+            ("ts", self.times),  # the file format keeps its key
+            ("states", self.states),
+            ("stats", self.stats),
+        ):
             _flatten_into(arrays, prefix, tree)
         if self.method_state is not None:
             _flatten_into(arrays, "method_state", self.method_state)
@@ -254,7 +267,7 @@ def load_solution(path, system=None, method=None, *, state_template=None):
         if k.startswith("method_state[")
     }
     sol = Solution(
-        ts=ts, states=states, stats=stats, _final_state=final, method_state=method_state or None
+        times=ts, states=states, stats=stats, _final_state=final, method_state=method_state or None
     )
     return sol, out[0], out[1]
 
@@ -384,7 +397,7 @@ def simulate(
         ``stats``.
 
     Everything runs in ``jax.lax.scan``: works under ``jit``, ``vmap`` and ``grad``.  A run
-    continued from ``sol.final_state`` with ``t0=sol.ts[-1]`` reproduces an uninterrupted run
+    continued from ``sol.final_state`` with ``t0=sol.times[-1]`` reproduces an uninterrupted run
     bitwise (time is accumulated in the carry, the implicit solves start from the state alone:
     a carry holding more, NonholonomicVI's Newton seed, is rebuilt from the state at every saved
     block, ``AbstractMethod.carry_beyond_state``) when both use the same ``save_every`` and
@@ -604,7 +617,7 @@ def _integrate_traced(
     ts = jnp.concatenate([t0[None], ts])
     final = jax.tree_util.tree_map(lambda a: a[-1], states)
     extra = method.carry_extra(system, inner)
-    return Solution(ts=ts, states=states, stats=stats, _final_state=final, method_state=extra)
+    return Solution(times=ts, states=states, stats=stats, _final_state=final, method_state=extra)
 
 
 #: Largest per-chunk control slice (bytes) for :func:`_control_chunk`.
@@ -772,14 +785,14 @@ def diagnostics(system, solution: Solution) -> dict[str, jax.Array]:
     """Energy, momenta, Casimirs and group defect along a solution (time axis first).
 
     Systems whose diagnostics depend on the time (``system.time_aware``, e.g. nonholonomic
-    systems with moving constraints) receive ``solution.ts`` as well.
+    systems with moving constraints) receive ``solution.times`` as well.
 
     Called eagerly, one compiled program per system structure and shapes, compiled with XLA:CPU's
     legacy elemental emitters (``xla_cpu_use_fusion_emitters=False``): it compiles in about half
     the time with the same kernels (``benchmarks/bench_compile_options.py`` measures both); the
     results agree to round-off.  Under a transformation (inside ``jit``, an eager
     ``grad``) the program is compiled, or inlined, as the caller's."""
-    return _diagnostics(system, solution.states, solution.ts)
+    return _diagnostics(system, solution.states, solution.times)
 
 
 def _diagnostics_traced(system, states, ts):

@@ -171,7 +171,7 @@ def so3_phases(recon: Reconstruction, solution: Solution, frame=None) -> dict[st
 @eqx.filter_jit
 def _so3_phases(recon, solution, frame):
     g, mu = solution.states.g, solution.states.mu
-    ts = solution.ts
+    ts = solution.times
     mus = jnp.einsum("nij,nj->ni", g, mu)
     m0 = mus[0]
     nm = jnp.linalg.norm(m0)
@@ -253,7 +253,7 @@ def nonholonomic_phases(
             "(states (g, mu))"
         )
     G = recon.group
-    n_t = jnp.shape(solution.ts)
+    n_t = jnp.shape(solution.times)
     if (
         len(n_t) != 1
         or n_t[0] < 2
@@ -266,7 +266,7 @@ def nonholonomic_phases(
         )
     gap = None
     if closed:
-        ts = solution.ts
+        ts = solution.times
         b0, b1 = recon.base(ts[0]), recon.base(ts[-1])
         gap = jnp.max(jnp.abs(b1 - b0), initial=0.0) / (1.0 + jnp.max(jnp.abs(b0), initial=0.0))
         msg = (
@@ -287,7 +287,7 @@ def nonholonomic_phases(
 @eqx.filter_jit
 def _nh_phases(recon, solution):
     G = recon.group
-    ts, gs, pis = solution.ts, solution.states.g, solution.states.mu
+    ts, gs, pis = solution.times, solution.states.g, solution.states.mu
     N = ts.shape[0]
     dts = jnp.diff(ts)
     # the gauge quantities at the nodes and at the Gauss points of each interval, in one

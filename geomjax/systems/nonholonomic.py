@@ -483,7 +483,7 @@ def momentum_equation(system: AbstractNonholonomicSystem, solution, zeta) -> dic
     saved times).  ``J − predicted`` is ``O(dt_save²)`` along an accurate solution, and exactly 0
     for a constant ``zeta`` spanning a horizontal symmetry (then ``rate ≡ 0``).  Jitted (``zeta``
     is static: pass the same function object to reuse the compilation)."""
-    states, ts = solution.states, solution.ts
+    states, ts = solution.states, solution.times
     J = jax.vmap(lambda s: system.nonholonomic_momentum(s, zeta))(states)
     rate = jax.vmap(lambda s, t: system.momentum_equation_rate(s, zeta, t))(states, ts)
     incr = 0.5 * (rate[1:] + rate[:-1]) * jnp.diff(ts)

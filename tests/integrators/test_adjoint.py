@@ -49,7 +49,7 @@ def _loss(p, adjoint, save_every=STEPS, method=None):
         jnp.sum(Pi * jnp.array([0.3, -1.0, 0.7]))
         + jnp.sum(R * jnp.arange(9.0).reshape(3, 3))
         + 0.1 * jnp.sum(sol.states.Pi**2)
-        + 0.01 * jnp.sum(sol.ts)
+        + 0.01 * jnp.sum(sol.times)
     )
 
 

@@ -71,7 +71,7 @@ def test_se3_body_under_gravity_closed_forms():
     )
     sol = gj.simulate(system, gj.LGVI(), gj.LieGroupState(G0, MU0), 0.01, 2000, save_every=10)
     mom = np.asarray(jax.vmap(system.spatial_momentum)(sol.states))
-    t = np.asarray(sol.ts)
+    t = np.asarray(sol.times)
     P_expected = mom[0, 3:] - m * g * t[:, None] * np.array([0.0, 0.0, 1.0])
     np.testing.assert_allclose(mom[:, 3:], P_expected, atol=1e-10)
     np.testing.assert_allclose(mom[:, 2], mom[0, 2], atol=1e-10)

@@ -110,15 +110,15 @@ def _assert_restart_bitwise(system, method, s0, dt, steps, save_every, controls=
     full = gj.simulate(system, method, s0, dt, steps, controls, save_every=save_every)
     first = gj.simulate(system, method, s0, dt, half, c1, save_every=save_every)
     cont = gj.simulate(
-        system, method, first.final_state, dt, half, c2, save_every=save_every, t0=first.ts[-1],
+        system, method, first.final_state, dt, half, c2, save_every=save_every, t0=first.times[-1],
         method_state=first.method_state,
     )  # fmt: skip
     k = half // save_every
     for a, b in (
-        (jax.tree_util.tree_map(lambda x: x[: k + 1], (full.ts, full.states)), first),
-        (jax.tree_util.tree_map(lambda x: x[k:], (full.ts, full.states)), cont),
+        (jax.tree_util.tree_map(lambda x: x[: k + 1], (full.times, full.states)), first),
+        (jax.tree_util.tree_map(lambda x: x[k:], (full.times, full.states)), cont),
     ):
-        leaves_b = jax.tree_util.tree_leaves((b.ts, b.states))
+        leaves_b = jax.tree_util.tree_leaves((b.times, b.states))
         for x, y in zip(jax.tree_util.tree_leaves(a), leaves_b, strict=True):
             np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
     np.testing.assert_array_equal(full.stats["residual"][k:], cont.stats["residual"])
@@ -206,12 +206,14 @@ def test_save_load_continue_is_bitwise(tmp_path):
         first.save(tmp_path / "run.npz", system=sleigh), sleigh, state_template=s0
     )
     cont = gj.simulate(
-        system, method, loaded.final_state, dt, n // 2, save_every=save, t0=loaded.ts[-1]
+        system, method, loaded.final_state, dt, n // 2, save_every=save, t0=loaded.times[-1]
     )
-    k = len(cont.ts)
+    k = len(cont.times)
     for x, y in zip(
-        jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a: a[-k:], (full.ts, full.states))),
-        jax.tree_util.tree_leaves((cont.ts, cont.states)),
+        jax.tree_util.tree_leaves(
+            jax.tree_util.tree_map(lambda a: a[-k:], (full.times, full.states))
+        ),
+        jax.tree_util.tree_leaves((cont.times, cont.states)),
         strict=True,
     ):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(x))

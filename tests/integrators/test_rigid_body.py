@@ -93,7 +93,7 @@ def test_dzhanibekov_flip_period_matches_reference():
     s0 = gj.RigidBodyState(jnp.eye(3), jnp.array([0.02, 2.0, 0.02]))
     T, dt = 100.0, 0.01
     sol = gj.simulate(RB, gj.LGVI(), s0, dt, int(T / dt))
-    t = np.asarray(sol.ts)
+    t = np.asarray(sol.times)
     flips = _flip_times(t, np.asarray(sol.states.Pi[:, 1]))
     t_ref, _, mu_ref = reference(RB, s0, float(t[-1]), t_eval=t)
     flips_ref = _flip_times(t_ref, mu_ref[:, 1])
@@ -302,10 +302,12 @@ def test_float32_runs_are_stable(method):
 def test_continuing_a_run_is_bitwise_identical():
     full = gj.simulate(RB, gj.LGVI(), S0, 0.01, 400, save_every=4)
     first = gj.simulate(RB, gj.LGVI(), S0, 0.01, 200, save_every=4)
-    second = gj.simulate(RB, gj.LGVI(), first.final_state, 0.01, 200, save_every=4, t0=first.ts[-1])
+    second = gj.simulate(
+        RB, gj.LGVI(), first.final_state, 0.01, 200, save_every=4, t0=first.times[-1]
+    )
     np.testing.assert_array_equal(np.asarray(full.states.R[50:]), np.asarray(second.states.R))
     np.testing.assert_array_equal(np.asarray(full.states.Pi[50:]), np.asarray(second.states.Pi))
-    np.testing.assert_array_equal(np.asarray(full.ts[50:]), np.asarray(second.ts))
+    np.testing.assert_array_equal(np.asarray(full.times[50:]), np.asarray(second.times))
 
 
 def test_solution_save_load_round_trip(tmp_path):
@@ -316,7 +318,7 @@ def test_solution_save_load_round_trip(tmp_path):
     loaded, params, _ = gj.load_solution(path)
     np.testing.assert_array_equal(loaded.states.R, sol.states.R)
     np.testing.assert_array_equal(loaded.states.Pi, sol.states.Pi)
-    np.testing.assert_array_equal(loaded.ts, sol.ts)
+    np.testing.assert_array_equal(loaded.times, sol.times)
     np.testing.assert_array_equal(loaded.stats["residual"], sol.stats["residual"])
     assert any(np.array_equal(v, system.inertia) for v in params.values())
     # with templates the system is rebuilt from the saved numbers (bitwise) and runs on
@@ -324,8 +326,8 @@ def test_solution_save_load_round_trip(tmp_path):
     _, rebuilt, _ = gj.load_solution(path, system=template, method=method)
     np.testing.assert_array_equal(rebuilt.inertia, system.inertia)
     np.testing.assert_array_equal(rebuilt.potential.rho, system.potential.rho)
-    again = gj.simulate(rebuilt, method, loaded.final_state, 0.01, 10, t0=loaded.ts[-1])
-    more = gj.simulate(system, method, sol.final_state, 0.01, 10, t0=sol.ts[-1])
+    again = gj.simulate(rebuilt, method, loaded.final_state, 0.01, 10, t0=loaded.times[-1])
+    more = gj.simulate(system, method, sol.final_state, 0.01, 10, t0=sol.times[-1])
     np.testing.assert_array_equal(again.states.Pi, more.states.Pi)
 
 

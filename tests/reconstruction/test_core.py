@@ -161,9 +161,9 @@ def test_ball_on_turntable_gauge_independence_and_spin():
     @eqx.filter_jit
     def physical(rec):
         sol = reconstruct(rec, T, n, momentum=mu_s, spatial=True, method=ReconstructionRKMK4())
-        att = jax.vmap(rec.configuration)(sol.states, sol.ts)[1]
-        res = jax.vmap(rec.diagnostics)(sol.states, sol.ts)["constraint_residual"]
-        J = jax.vmap(lambda s, t: rec.system.momentum_map(*_cdot(rec, s, t)))(sol.states, sol.ts)
+        att = jax.vmap(rec.configuration)(sol.states, sol.times)[1]
+        res = jax.vmap(rec.diagnostics)(sol.states, sol.times)["constraint_residual"]
+        J = jax.vmap(lambda s, t: rec.system.momentum_map(*_cdot(rec, s, t)))(sol.states, sol.times)
         # vertical spin of the ball (the momentum along g^q = Ad_{g⁻¹} e_z) is conserved
         spin_z = jnp.einsum("nij,nj->ni", att, J)[:, 2]
         return att, jnp.max(res), jnp.max(jnp.abs(spin_z - spin_z[0]))

@@ -55,7 +55,7 @@ def test_disk_phases_closed_form():
     ph = nonholonomic_phases(rec, sol, closed=True)
     v0 = np.array([R * np.cos(PHI0), R * np.sin(PHI0), 1.0])
     thd = float(v0 @ mu_in) / (M * R**2 + I)
-    ts = np.asarray(sol.ts)
+    ts = np.asarray(sol.times)
     ph_ = _phi(ts)
     # geometric phase: the trivial gauge is the nonholonomic one (ḋ₀ = φ̇ ∂_φ ∈ D, J(ḋ₀) = 0)
     assert float(jnp.max(jnp.abs(ph["g_geometric"]))) < 1e-14
@@ -113,7 +113,7 @@ def test_turntable_phases_closed_form():
     mu = jnp.array([0.0, 0.0, -MASS * 0.4 * A**2 * WZ])
     sol = reconstruct(rec, T, n, momentum=mu, method=ReconstructionRKMK4())
     ph = nonholonomic_phases(rec, sol, closed=True)
-    ts = np.asarray(sol.ts)
+    ts = np.asarray(sol.times)
     R_lift = cf.turntable_circle(ts[[-1]], rho=RHO, nu=NU, a=A, Omega=OM)[0]
     R_full = cf.turntable_circle(ts, rho=RHO, nu=NU, a=A, Omega=OM, omega_z=WZ)
     # geometric phase: Magnus4 on the saved grid (h ≈ 0.036: ~1e-8, observed 2e-8)
@@ -174,8 +174,8 @@ def test_turntable_gauges():
     @eqx.filter_vmap
     def run(rec, mu):
         sol = reconstruct(rec, T, n, momentum=mu, spatial=True, method=ReconstructionRKMK4())
-        att = jax.vmap(rec.configuration)(sol.states, sol.ts)[1]
-        co = jax.vmap(rec.coefficients)(sol.ts)
+        att = jax.vmap(rec.configuration)(sol.states, sol.times)[1]
+        co = jax.vmap(rec.coefficients)(sol.times)
         return sol.states.g, att, co, nonholonomic_phases(rec, sol)["g_geometric"]
 
     g, att, co, g_nh = run(rec_b, mus)
@@ -223,8 +223,8 @@ def test_linked_bodies_mechanical_gauge():
     @eqx.filter_vmap
     def run(rec, mu):
         sol = reconstruct(rec, T, n, momentum=mu, spatial=True, method=ReconstructionRKMK4())
-        q = jax.vmap(rec.configuration)(sol.states, sol.ts)
-        J0 = jax.vmap(lambda t: rec.coefficients(t).J0)(sol.ts)
+        q = jax.vmap(rec.configuration)(sol.states, sol.times)
+        J0 = jax.vmap(lambda t: rec.coefficients(t).J0)(sol.times)
         return sol.states.g, q, J0
 
     g, q, J0 = run(_stack(recs), mus)
@@ -307,8 +307,8 @@ def test_slider_gauges_closed_form():
     @eqx.filter_vmap
     def run(rec, p):
         sol = reconstruct(rec, T, 60, momentum=p, spatial=True, method=ReconstructionRKMK4())
-        q = jax.vmap(rec.configuration)(sol.states, sol.ts)
-        J0 = jax.vmap(lambda t: rec.coefficients(t).J0)(sol.ts)
+        q = jax.vmap(rec.configuration)(sol.states, sol.times)
+        J0 = jax.vmap(lambda t: rec.coefficients(t).J0)(sol.times)
         return sol.states.g, q, J0
 
     g, q, J0 = run(_stack(recs), jnp.array([[mu], [mu], [0.0]]))

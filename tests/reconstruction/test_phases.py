@@ -80,7 +80,7 @@ def test_montgomery_phase_symmetric_top():
     # g_G lifts Π (g_Gᵀ μ = Π) and the dynamic factor keeps μ fixed
     np.testing.assert_allclose(jnp.einsum("nji,j->ni", gG, ph["mu"][0]), Pi, atol=1e-8)
     np.testing.assert_allclose(ph["mu"], ph["mu"][0] + 0 * ph["mu"], atol=1e-8)
-    _assert_horizontal(gG, u, sol.ts)
+    _assert_horizontal(gG, u, sol.times)
 
 
 BODY = deforming_body(inertia=(1.0, 1.5, 2.0), masses=(0.5, 0.7))
@@ -148,13 +148,13 @@ def test_magnetic_body_larmor_precession():
     sol = reconstruct(rec, T, 100, momentum=mu0, spatial=True, method=ReconstructionRKMK4())
     mu = jax.vmap(rec.spatial_momentum)(sol.states)
     wl = -0.8 * jnp.array([0.0, 0.3, 1.0])
-    exact = jax.vmap(lambda t: gj.SO3.exp(t * wl) @ mu0)(sol.ts)
+    exact = jax.vmap(lambda t: gj.SO3.exp(t * wl) @ mu0)(sol.times)
     assert float(jnp.max(jnp.abs(mu - exact))) < 1e-8  # RKMK4, h = 0.02 (observed ~1e-11)
     # §5.4 factorization g = h_M h_D g_G: g_G lifts Π and is horizontal (u·ω(g_G) = 0)
     ph = so3_phases(rec, sol, frame=lambda t: gj.SO3.exp(t * wl))
     gG, u = ph["g_geometric"], ph["axis"]
     np.testing.assert_allclose(jnp.einsum("nji,j->ni", gG, mu0), sol.states.mu, atol=1e-8)
-    _assert_horizontal(gG, u, sol.ts)
+    _assert_horizontal(gG, u, sol.times)
 
 
 def _assert_horizontal(gG, u, ts):

@@ -269,7 +269,7 @@ def test_newtons_cradle(e):
     np.testing.assert_allclose(v.sum(1), 1.0, rtol=1e-14)
     assert float(sol.stats["max_residual"]) < 1e-12
     # the impact at t = 0.3 (gap 0.3 closed at speed 1); afterwards free motion
-    ts = np.asarray(sol.ts)
+    ts = np.asarray(sol.times)
     after = ts > 0.3 + 1e-9
     q_exp = np.array([-0.5 + 0.3, 0.0, 2 * r])[None] + v[-1][None] * (ts[after, None] - 0.3)
     np.testing.assert_allclose(sol.states.q[after], q_exp, atol=1e-13)
