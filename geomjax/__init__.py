@@ -40,6 +40,7 @@ from .integrators import (
     ProcessedComposition,
     ReversibleAdjoint,
     RigidBodySplitting,
+    SemiImplicitEuler,
     Solution,
     diagnostics,
     load_solution,
@@ -130,6 +131,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "LGVI",
     "RKMK4",
     "RigidBodySplitting",
+    "SemiImplicitEuler",
     "NonholonomicVI",
     "DiscreteEulerLagrange",
     "DiscreteHamel",
@@ -152,6 +154,9 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "RigidSystem",
     # base-controlled systems, reconstruction and geometric phases
     "BaseControlledSystem",
+    "BaseVelocitySystem",
+    "BaseVelocityState",
+    "LiftMagnus4",
     "Reconstruction",
     "MomentumLGVI",
     "ReconstructionRKMK4",
@@ -176,9 +181,6 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "solve_ocp_implicit",
     "MPC",
     "run_mpc",
-    "BaseVelocitySystem",
-    "BaseVelocityState",
-    "LiftMagnus4",
 ]
 
 # subpackages a simulation does not need are imported on first use (PEP 562): control (optax,
@@ -188,12 +190,9 @@ _LAZY = {
     "control": frozenset(
         (
             "AugmentedLagrangian",
-            "BaseVelocityState",
-            "BaseVelocitySystem",
             "DDP",
             "GroupParam",
             "ILQR",
-            "LiftMagnus4",
             "MPC",
             "OptimalControlProblem",
             "OptimizeResult",
@@ -207,7 +206,10 @@ _LAZY = {
     "reconstruction": frozenset(
         (
             "BaseControlledSystem",
+            "BaseVelocityState",
+            "BaseVelocitySystem",
             "HorizontalLift",
+            "LiftMagnus4",
             "MomentumLGVI",
             "Reconstruction",
             "ReconstructionRKMK4",

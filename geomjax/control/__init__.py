@@ -23,7 +23,6 @@ from .curves import (
     SphereLoop,
     Trajectory,
 )
-from .examples import BaseVelocityState, BaseVelocitySystem, LiftMagnus4
 from .losses import (
     Loss,
     bound_penalty,
@@ -63,13 +62,10 @@ __all__ = [
     "AbstractTimeLaw",
     "Actuated",
     "AugmentedLagrangian",
-    "BaseVelocityState",
-    "BaseVelocitySystem",
     "EuclideanChart",
     "FourierLoop",
     "GroupParam",
     "LieGroupChart",
-    "LiftMagnus4",
     "LinearTimeLaw",
     "Loss",
     "MPCPlan",

@@ -28,10 +28,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..integrators.base import AbstractMethod, StepStats
+from ..integrators.euler import SemiImplicitEuler
 from ..integrators.lgvi import LGVI
 from ..integrators.simulate import simulate
 from ..lie import SE3, SO3
+from ..reconstruction.base_velocity import BaseVelocityState, BaseVelocitySystem, LiftMagnus4
 from ..reconstruction.methods import KinematicState, KinematicSystem, Magnus4, gauss_times
 from ..systems.base import LieGroupState
 from ..systems.rigid_body import RigidBody, RigidBodySE3, RigidBodyState
@@ -42,14 +43,10 @@ __all__ = [
     "QUADROTOR",
     "AttitudeManeuver",
     "BallOnPlate",
-    "BaseVelocityState",
-    "BaseVelocitySystem",
     "KinematicState",
     "KinematicSystem",
-    "LiftMagnus4",
     "Magnus4",
     "PoseManeuver",
-    "SemiImplicitEuler",
     "ShapeReorientation",
     "SpacecraftReorientation",
     "attitude_problem",
@@ -539,26 +536,6 @@ class SpacecraftReorientation(eqx.Module):
 
 
 # --- optimal control problems for the DDP solvers (geomjax.control.trajopt) ----------------------
-class SemiImplicitEuler(AbstractMethod):
-    """Semi-implicit (symplectic) Euler on ``G × g*`` for an Euler–Poincaré system:
-
-        μ_{k+1} = μ_k + h (ad*_{ξ_k} μ_k − dV(g_k) + u_k),   g_{k+1} = g_k exp(h I⁻¹ μ_{k+1}),
-
-    first order, explicit.  It is the integrator of crocoddyl's ``IntegratedActionModelEuler``
-    for a free-flyer (velocity first, then the configuration with the new velocity, on SE(3)
-    through ``exp``), used here to reproduce crocoddyl's quadrotor example exactly."""
-
-    order: ClassVar[int] = 1
-
-    def step(self, system, state, dt, control=None, t=0.0):
-        g, mu = system.split(state)
-        h = jnp.asarray(dt, mu.dtype)
-        _, dmu = system.vector_field(t, state, control)
-        mu1 = mu + h * dmu
-        g1 = system.group.rplus(g, h * system.velocity(mu1))
-        return system.make_state(g1, mu1), StepStats.explicit(mu.dtype)
-
-
 #: crocoddyl's ``examples/quadrotor_fwddyn.py`` (hector quadrotor of example-robot-data):
 #: mass, principal inertia, arm length ``d_cog``, thrust and moment coefficients ``cf, cm``,
 #: thrust limits ``(l_lim, u_lim)`` of its bounded variant, time step and horizon.
@@ -613,7 +590,7 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
     gravity, four rotor thrusts through :func:`quadrotor_actuation`; from rest at the origin to
     the pose ``(I, target)`` in 33 steps of 0.03 s.  Running cost ``dt (1e-6 xReg + 1e-6 ½|u|² +
     1e-2 ½|log(g*⁻¹ g)|²)``, terminal ``3 · ½|log(g*⁻¹ g)|²`` (crocoddyl's weights).  Default method:
-    :class:`SemiImplicitEuler` (crocoddyl's integrator); any geomjax method (e.g.
+    :class:`~geomjax.integrators.SemiImplicitEuler` (crocoddyl's integrator); any geomjax method (e.g.
     :class:`~geomjax.LGVI`) can be passed."""
     from ..systems.potentials import SE3Gravity
     from .trajopt import Actuated, OptimalControlProblem, ResidualCost
@@ -813,89 +790,6 @@ def cartpole_problem(
 
 
 # --- nonholonomic planning: the base velocity as the control ---------------------------------------
-class BaseVelocityState(eqx.Module):
-    """State of :class:`BaseVelocitySystem`: the fiber variable ``g`` (the group's element shape)
-    and the base point ``b`` ``(base_dim,)``."""
-
-    g: jax.Array
-    b: jax.Array
-
-
-class BaseVelocitySystem(eqx.Module):
-    """A base-controlled system (Cabrera, *Base-controlled mechanical systems and geometric
-    phases*, §2–4) driven by its base velocity: state ``(g, b)`` on ``G × B``, control ``u = ḃ``
-    ``(base_dim,)``, zero momentum.  The fiber moves by the horizontal lift (§4.3, Prop. 4.12)
-
-        ḃ = u,     ġ = g ξ,   ξ = horizontal_velocity(b, u):  C ξ = r,  ⟨I₀ ξ + J₀, X⟩ = 0 (X ∈ g^{d₀}),
-
-    the constraint terms ``C, r`` (affine constraints included), locked inertia ``I₀`` and momentum
-    map ``J₀`` taken at the section ``d₀ = section(b)`` with velocity ``d section(b)·u``: a
-    kinematic (driftless, or affine for a turntable) control system, the setting of nonholonomic
-    motion planning.  Integrate it with :class:`LiftMagnus4`; the chart of the trajectory
-    optimizers is :class:`~geomjax.control.LieGroupChart` (``b`` takes the place of the momentum)."""
-
-    system: object  # a geomjax.reconstruction.BaseControlledSystem
-
-    @property
-    def group(self):
-        return self.system.group
-
-    def split(self, state):
-        return state.g, state.b
-
-    def make_state(self, g, b):
-        return BaseVelocityState(g, b)
-
-    def check_state(self, state, name="state0"):
-        if not isinstance(state, BaseVelocityState):
-            raise ValueError(
-                f"BaseVelocitySystem: argument '{name}' must be a BaseVelocityState, got "
-                f"{type(state).__name__}"
-            )
-        nb = self.system.base_dim
-        if jnp.shape(state.b) != (nb,):
-            raise ValueError(
-                f"BaseVelocitySystem: argument '{name}'.b must have shape ({nb},) (base_dim), "
-                f"got {jnp.shape(state.b)}"
-            )
-        return state
-
-    def horizontal_velocity(self, b, u):
-        """Body velocity ``ξ`` ``(dim G,)`` of the zero-momentum lift at the base point ``b`` with
-        base velocity ``u`` (the same saddle-point system as
-        :meth:`geomjax.reconstruction.Reconstruction.lift_velocity`)."""
-        from ..reconstruction.core import saddle_solve
-
-        S = self.system
-        q, v = jax.jvp(S.section, (b,), (u,))
-        C, r = S.constraint_terms(q, v)
-        return saddle_solve(S.locked_inertia(q), C, -S.momentum_map(q, v), r)[0]
-
-
-class LiftMagnus4(AbstractMethod):
-    """One step of :class:`BaseVelocitySystem` with the base velocity ``u`` held over the step:
-    ``b`` moves on the segment ``b_k + s u`` (exactly), ``g`` by the fourth-order Magnus step
-    :func:`geomjax.reconstruction.magnus4_update` with ``ξ`` at the two Gauss points of the
-    segment (the step of :class:`~geomjax.reconstruction.HorizontalLift` for a base curve that is
-    piecewise linear).  Exact when ``ξ`` is constant along the segment (a ball on a fixed plate)."""
-
-    order: ClassVar[int] = 4
-
-    def supports(self, system) -> bool:
-        return isinstance(system, BaseVelocitySystem)
-
-    def step(self, system, state, dt, control=None, t=0.0):
-        from ..reconstruction.methods import GAUSS_NODES, magnus4_update
-
-        g, b = state.g, state.b
-        h = jnp.asarray(dt, b.dtype)
-        u = jnp.zeros_like(b) if control is None else jnp.asarray(control, b.dtype)
-        nodes = jnp.asarray(GAUSS_NODES, b.dtype)
-        xis = jax.vmap(lambda s: system.horizontal_velocity(b + s * h * u, u))(nodes)
-        g1 = magnus4_update(system.group, g, xis[0], xis[1], h, "left")
-        return BaseVelocityState(g1, b + h * u), StepStats.explicit(b.dtype)
-
-
 def loop_controls(steps: int, duration: float, radius=0.3, turns: int = 1, dtype=None):
     """Base velocities ``(steps, 2)`` of a closed polygonal loop: the zero-order-hold controls
     ``u_k = (c(t_{k+1}) − c(t_k))/h`` of the circle ``c(t) = r (cos 2πnt/T − 1, sin 2πnt/T)``
@@ -937,7 +831,7 @@ def rolling_ball_problem(
     with attitude ``I`` to the attitude ``target_attitude`` (default ``exp(0.8 (1, −1, 2)/√6)``)
     AND the contact point ``target_position``, the control being the velocity ``u = ẋ`` of the
     contact point (:func:`geomjax.reconstruction.ball_on_turntable`, Cabrera §5.2, through
-    :class:`BaseVelocitySystem` and :class:`LiftMagnus4`).
+    :class:`~geomjax.reconstruction.BaseVelocitySystem` and :class:`~geomjax.reconstruction.LiftMagnus4`).
 
     Rolling (spatial ``ω``, radius ``a``, table rate ``Ω``): ``ẋ − a ω_y = −Ω y``,
     ``ẏ + a ω_x = Ω x``, ``ω_z = 0``, i.e. ``Ṙ = ω̂ R`` with ``ω = ((Ω x − ẏ)/a, (ẋ + Ω y)/a, 0)``
@@ -961,7 +855,7 @@ def rolling_ball_problem(
 
 
 def _base_velocity_problem(system, x0, residual, duration, steps, speed_max, exact, weight):
-    """Minimum ``½∫|ḃ|² dt`` for a :class:`BaseVelocitySystem` (:class:`LiftMagnus4`) with the
+    """Minimum ``½∫|ḃ|² dt`` for a :class:`~geomjax.reconstruction.BaseVelocitySystem` (:class:`~geomjax.reconstruction.LiftMagnus4`) with the
     bounds ``|ḃ_i| ≤ speed_max`` and the terminal ``residual`` (equality or penalty)."""
     from .trajopt import LieGroupChart, OptimalControlProblem
 
@@ -983,7 +877,7 @@ def _base_velocity_problem(system, x0, residual, duration, steps, speed_max, exa
 
 @eqx.filter_jit
 def _lift_final(system, x0, us, h):
-    """Final state of :class:`LiftMagnus4` steps of ``h`` with the controls ``us``."""
+    """Final state of :class:`~geomjax.reconstruction.LiftMagnus4` steps of ``h`` with the controls ``us``."""
     step = LiftMagnus4().step
     return jax.lax.fori_loop(0, us.shape[0], lambda k, x: step(system, x, h, us[k])[0], x0)
 
@@ -1019,8 +913,8 @@ def spacecraft_problem(
     radius=0.45)`` from ``base0``, about 0.03 rad, so it is reachable) and comes back to its
     start ``base0``: the geometric phase of a
     closed base path as a trajectory-optimization problem
-    (:func:`geomjax.reconstruction.ball_in_ball` through :class:`BaseVelocitySystem` and
-    :class:`LiftMagnus4`).
+    (:func:`geomjax.reconstruction.ball_in_ball` through :class:`~geomjax.reconstruction.BaseVelocitySystem` and
+    :class:`~geomjax.reconstruction.LiftMagnus4`).
 
     State ``((R₁, g₃), b)``: spacecraft attitude, small-ball gauge, polar angles ``b = (θ, φ)`` of
     the robot's centre seen from the spacecraft; control the base velocity ``u = ḃ`` (rad/s),

@@ -2,6 +2,7 @@
 
 from .._linalg import solve3
 from .base import AbstractMethod, StepStats
+from .euler import SemiImplicitEuler
 from .lgvi import LGVI
 from .newton import newton_solve
 from .nonholonomic import NonholonomicVI
@@ -17,6 +18,7 @@ __all__ = [
     "ConvergenceError",
     "NonholonomicVI",
     "RigidBodySplitting",
+    "SemiImplicitEuler",
     "Solution",
     "StepStats",
     "batch_mesh",

@@ -12,6 +12,7 @@ term for nonholonomic systems); :mod:`.gauges` the nonholonomic and mechanical g
 """
 
 from . import examples
+from .base_velocity import BaseVelocityState, BaseVelocitySystem, LiftMagnus4
 from .core import BaseControlledSystem, Coefficients, Reconstruction, saddle_solve
 from .examples import (
     ball_in_ball,
@@ -38,10 +39,13 @@ from .phases import holonomy, nonholonomic_phases, reconstruct, so3_phases, soli
 
 __all__ = [
     "BaseControlledSystem",
+    "BaseVelocityState",
+    "BaseVelocitySystem",
     "Coefficients",
     "HorizontalLift",
     "KinematicState",
     "KinematicSystem",
+    "LiftMagnus4",
     "Magnus4",
     "MomentumLGVI",
     "Reconstruction",

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import geomjax as gj
-from geomjax.control.examples import SemiImplicitEuler, attitude_problem
+from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, MPCResult, _retarget, _with_horizon, run_mpc
 from geomjax.control.trajopt import ILQR, LieGroupChart, solve_ocp
+from geomjax.integrators import SemiImplicitEuler
 from geomjax.integrators.simulate import ConvergenceError
 
 FULL = os.environ.get("GEOMJAX_FULL", "0") == "1"

@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax.control.examples import SemiImplicitEuler, attitude_problem
+from geomjax.control.examples import attitude_problem
 from geomjax.control.sensitivity import _rollout_cost, solve_ocp_implicit
 from geomjax.control.trajopt import ILQR, AugmentedLagrangian, solve_ocp
+from geomjax.integrators import SemiImplicitEuler
 
 # θ = (target angle, initial body momentum Π0 (3), terminal weight, torque limit); the limit 0.5 is
 # active on part of the manoeuvre, 50 never (|u| ≤ 2.4 there): the unconstrained optimum (one

@@ -20,10 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax.control.examples import SemiImplicitEuler, attitude_problem
+from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp
+from geomjax.integrators import SemiImplicitEuler
 
 # no regularization: the steps are the unregularized Newton / Gauss–Newton steps
 NOREG = dict(reg_init=0.0, reg_min=0.0)
