@@ -22,6 +22,7 @@ BENCHMARKS = {
     "control": "bench_control.py",
     "trajopt": "bench_trajopt.py",
     "online-mpc": "bench_online_mpc.py",
+    "casadi": "bench_casadi.py",
     "scalarize": "bench_scalarize.py",
     "xla-loops": "bench_xla_loops.py",
     "import-order": "bench_import_order.py",
