@@ -7,7 +7,7 @@ from .lgvi import LGVI
 from .newton import newton_solve
 from .nonholonomic import NonholonomicVI
 from .rkmk import RKMK4
-from .sharding import batch_mesh, shard_batch, simulate_sharded
+from .sharding import batch_mesh, shard_batch, shard_vmap, simulate_sharded
 from .simulate import ConvergenceError, Solution, diagnostics, load_solution, simulate, step
 from .splitting import RigidBodySplitting
 
@@ -26,6 +26,7 @@ __all__ = [
     "load_solution",
     "newton_solve",
     "shard_batch",
+    "shard_vmap",
     "simulate",
     "simulate_sharded",
     "solve3",

@@ -1,4 +1,5 @@
-"""A batch of simulations split over devices: :func:`simulate_sharded`.
+"""A batch of simulations split over devices: :func:`simulate_sharded`; any batched computation
+(trajectory optimizations, MPC runs, fits) split the same way: :func:`shard_vmap`.
 
 The batch of initial states (and, optionally, of system parameters and open-loop controls) is
 split along its leading axis over a one-dimensional :class:`jax.sharding.Mesh` with
@@ -19,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .base import AbstractMethod
 from .simulate import Solution, simulate
 
-__all__ = ["batch_mesh", "shard_batch", "simulate_sharded"]
+__all__ = ["batch_mesh", "shard_batch", "shard_vmap", "simulate_sharded"]
 
 
 def batch_mesh(devices=None, axis_name: str = "batch") -> Mesh:
@@ -55,13 +56,13 @@ def _expand_axes(axes, tree, name):
         ) from None
 
 
-def _batch_size(tree, axes, name):
+def _batch_size(tree, axes, name, where="simulate_sharded"):
     # tree first: its array leaves meet their axis (0 or None) in ``axes``
     flags = jax.tree_util.tree_map(lambda x, a: a == 0, tree, axes)
     leaves = jax.tree_util.tree_leaves(tree)
     batched = [x for x, b in zip(leaves, jax.tree_util.tree_leaves(flags), strict=True) if b]
     if any(jnp.ndim(x) == 0 for x in batched):
-        raise ValueError(f"simulate_sharded: a batched leaf of '{name}' has no leading axis")
+        raise ValueError(f"{where}: a batched leaf of '{name}' has no leading axis")
     return {jnp.shape(x)[0] for x in batched}
 
 
@@ -213,3 +214,121 @@ def shard_batch(tree, mesh: Mesh | None = None):
     mesh = batch_mesh() if mesh is None else mesh
     sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names[0]))
     return jax.tree_util.tree_map(lambda x: jax.device_put(x, sharding), tree)
+
+
+def _broadcast_axes(in_axes, args):
+    """``in_axes`` of ``jax.vmap`` (an int/None, or a tuple of per-argument prefixes) → one
+    0/None per array leaf of ``args``."""
+    if in_axes is None or isinstance(in_axes, int | np.integer):
+        in_axes = (in_axes,) * len(args)
+    if not isinstance(in_axes, tuple | list) or len(in_axes) != len(args):
+        raise ValueError(
+            f"shard_vmap: argument 'in_axes' must be 0, None or a tuple with one entry per "
+            f"positional argument ({len(args)}), got {in_axes!r}"
+        )
+
+    def expand(a, sub):
+        if a not in (None, 0):
+            raise ValueError(f"shard_vmap: the leaves of 'in_axes' must be 0 or None, got {a!r}")
+        return jax.tree_util.tree_map(lambda _: a, sub)
+
+    out = []
+    for i, (ax, arg) in enumerate(zip(in_axes, args)):
+        try:
+            out.append(jax.tree_util.tree_map(expand, ax, arg, is_leaf=lambda x: x is None))
+        except ValueError as e:
+            if "shard_vmap" in str(e):
+                raise
+            raise ValueError(
+                f"shard_vmap: entry {i} of 'in_axes' must be 0, None or a pytree prefix of "
+                f"argument {i} ({e})"
+            ) from None
+    return tuple(out)
+
+
+def shard_vmap(fun, in_axes=0, *, mesh: Mesh | None = None, pad: bool = False):
+    """``jax.vmap(fun, in_axes)`` with the batch split over the devices of ``mesh``.
+
+    Every device runs ``jax.vmap(fun)`` on its shard of the batch (:func:`jax.shard_map`); the
+    result has the structure of ``jax.vmap(fun, in_axes)(*args)``, every array with a leading
+    batch axis, sharded along it.  The arguments may be any pytrees, equinox modules included
+    (their non-array leaves are shared by the batch): a batch of
+    :class:`~geomjax.control.trajopt.OptimalControlProblem` (e.g. targets, initial states,
+    parameters stacked by ``jax.vmap`` or ``eqx.filter_vmap``) for
+    :func:`~geomjax.control.trajopt.solve_ocp`, of plants for
+    :func:`~geomjax.control.run_mpc`, of records for a fit.
+
+    Arguments:
+        fun: a function of positional arguments returning a pytree (non-array leaves of the
+            result, e.g. static fields of a module, must not depend on the batch member).
+        in_axes: ``0`` (every array leaf batched), ``None`` (shared) or a tuple with one entry
+            per positional argument: ``0``/``None`` or a pytree prefix of that argument with
+            0/None leaves (as ``jax.vmap``; no other axis).
+        mesh: a one-dimensional :class:`jax.sharding.Mesh` (default :func:`batch_mesh`: every
+            device of every process; with ``jax.distributed.initialize()`` the batch is split
+            across processes, each passing the whole batch — the arguments are global values).
+        pad: if the batch size is not a multiple of the number of devices, repeat the last
+            member up to the next multiple and drop the extra results (otherwise a
+            ``ValueError``).
+
+    Returns a function of the same arguments; call it under ``jax.jit`` (it traces on every
+    eager call).  The values are those of ``jax.vmap(fun, in_axes)`` to round-off (only the
+    length of the vectorized loops differs, which can change XLA's FMA contraction).
+    """
+
+    def run(*args):
+        mesh_ = batch_mesh() if mesh is None else mesh
+        if not isinstance(mesh_, Mesh) or len(mesh_.axis_names) != 1:
+            raise ValueError(
+                f"shard_vmap: argument 'mesh' must be a one-dimensional jax.sharding.Mesh, got {mesh_!r}"
+            )
+        (axis,) = mesh_.axis_names
+        n_dev = mesh_.devices.size
+        params, static = eqx.partition(args, eqx.is_array)
+        axes = _broadcast_axes(in_axes, params)
+        sizes = set()
+        for i, (p, a) in enumerate(zip(params, axes)):
+            sizes |= _batch_size(p, a, f"argument {i}", "shard_vmap")
+        if len(sizes) != 1:
+            raise ValueError(
+                "shard_vmap: the batched leaves of the arguments must share one leading batch "
+                f"size (in_axes=0 marks them), got sizes {sorted(sizes) or 'none (nothing batched)'}"
+            )
+        (B,) = sizes
+        extra = -B % n_dev
+        if extra and not pad:
+            raise ValueError(
+                f"shard_vmap: the batch size ({B}) must be a multiple of the number of devices in "
+                f"'mesh' ({n_dev}); pass pad=True to pad it"
+            )
+        params = tuple(_pad(p, a, extra) for p, a in zip(params, axes))
+        out_static = []
+
+        def local(ps):
+            def one(*p):
+                out = fun(*eqx.combine(p, static))
+                arrays, st = eqx.partition(out, eqx.is_array)
+                if not out_static:
+                    out_static.append(st)
+                return arrays
+
+            return jax.vmap(one, in_axes=axes)(*ps)
+
+        in_specs = (
+            tuple(
+                jax.tree_util.tree_map(
+                    lambda x, a: PartitionSpec(axis) if a == 0 else PartitionSpec(), p, ax
+                )
+                for p, ax in zip(params, axes)
+            ),
+        )
+        # check_vma=False: as in simulate_sharded, loops start from replicated constants and
+        # become batch-varying; every output is split along the batch
+        out = jax.shard_map(
+            local, mesh=mesh_, in_specs=in_specs, out_specs=PartitionSpec(axis), check_vma=False
+        )(params)
+        if extra:
+            out = jax.tree_util.tree_map(lambda x: x[:B], out)
+        return eqx.combine(out, out_static[0])
+
+    return run
