@@ -269,6 +269,14 @@ def check_scale(ns):
     pin = jnp.linalg.norm(sol.states.Pi, axis=-1)
     np.testing.assert_allclose(pin, pin[:, :1] * jnp.ones_like(pin), rtol=1e-5)
 
+    # the batch of solves equals the solves one by one (a second computation), and each converged
+    sols, one = ns["solutions"], ns["solve_ocp"]
+    for i, a in enumerate(ns["angles"]):
+        ref = one(ns["problem"](a), ns["ILQR"](), max_iters=30)
+        np.testing.assert_allclose(sols.controls[i], ref.controls, rtol=1e-9, atol=1e-12)
+        assert bool(ref.succeeded)
+    assert ns["closed_loop"].controls.shape == (4, 2, 3)
+
 
 def check_choosing_an_integrator(ns):
     # fitted orders against a reference from another method: 2, 2, 4, 4
