@@ -16,6 +16,7 @@ BENCHMARKS = {
     "nonholonomic": "bench_nonholonomic.py",
     "scale": "bench_scale.py",
     "work-precision": "bench_work_precision.py",
+    "long-horizon": "bench_long_horizon.py",
     "adjoint": "bench_adjoint.py",
     "variational": "bench_variational.py",
     "reconstruction": "bench_reconstruction.py",
