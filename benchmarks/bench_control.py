@@ -149,7 +149,7 @@ def _temp_bytes(fn, p):
 
 def run_one(name, prob, loss, final_error, iters):
     p0 = prob.initial_params()
-    res = optimize(loss, p0, "lbfgs", steps=iters, progress=False, target=1e-12)
+    res = optimize(loss, p0, "lbfgs", max_iters=iters, progress=False, target=1e-12)
     h = res.history
     _, fwd = time_jitted(loss, p0, repeats=5, min_time=0.1)
     _, grad = time_jitted(jax.grad(loss), p0, repeats=5, min_time=0.1)

@@ -114,7 +114,7 @@ def loss(pi0):
 times = []
 for _ in range(2):
     t0 = time.perf_counter()
-    optimize(loss, jnp.array([0.5, 1.0, 0.2]), steps=20, progress=False)
+    optimize(loss, jnp.array([0.5, 1.0, 0.2]), max_iters=20, progress=False)
     times.append(time.perf_counter() - t0)
 print(json.dumps({"value": times[1] / times[0], "first_s": times[0], "second_s": times[1]}))
 """

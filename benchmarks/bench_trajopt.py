@@ -168,7 +168,9 @@ def attitude_rows(fast):
 
     u0 = jnp.zeros((steps, 3))
     t0 = time.perf_counter()
-    res = optimize(jax.jit(loss), u0, "lbfgs", steps=2000, target=ref * (1 + 1e-6), progress=False)
+    res = optimize(
+        jax.jit(loss), u0, "lbfgs", max_iters=2000, target=ref * (1 + 1e-6), progress=False
+    )
     wall = time.perf_counter() - t0 - res.compile_time
     rows.append(
         dict(

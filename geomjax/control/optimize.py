@@ -1,6 +1,6 @@
 """Gradient-based optimization loop over any pytree of parameters (optax).
 
-:func:`optimize` runs ``steps`` iterations of an optax optimizer, one jitted update per iteration
+:func:`optimize` runs up to ``max_iters`` iterations of an optax optimizer, one jitted update per iteration
 (value, gradient and optimizer update fused), with a progress bar, early stopping and a history of
 loss, gradient norm and wall time.  Parameters that live on a Lie group are wrapped in
 :class:`GroupParam`: their gradient is the left-trivialized one and they are updated by
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .._internal.warn import warn
 from ..lie import LieGroup
 from .status import OPTIMIZE_STATUS
 
@@ -343,9 +344,18 @@ def _as_params(params):
     return params
 
 
+def _max_iters(max_iters, steps):
+    """``max_iters``, or the deprecated keyword ``steps`` (``steps`` means time steps elsewhere:
+    ``simulate``, ``run_mpc``)."""
+    if steps is None:
+        return max_iters
+    warn("optimize: argument 'steps' is deprecated: use 'max_iters'", DeprecationWarning)
+    return steps
+
+
 def _check_common(steps, patience):
     if not (isinstance(steps, int | np.integer) and steps >= 1):
-        raise ValueError(f"optimize: argument 'steps' must be a positive int, got {steps!r}")
+        raise ValueError(f"optimize: argument 'max_iters' must be a positive int, got {steps!r}")
     if patience is not None and not (isinstance(patience, int | np.integer) and patience >= 1):
         raise ValueError(f"optimize: argument 'patience' must be a positive int, got {patience!r}")
 
@@ -424,7 +434,7 @@ def optimize(
     loss: Callable,
     params,
     optimizer="adam",
-    steps: int = 500,
+    max_iters: int = 500,
     *,
     target: float | None = None,
     gtol: float | None = None,
@@ -432,6 +442,7 @@ def optimize(
     min_delta: float = 1e-4,
     progress: bool = True,
     export: Callable | None = None,
+    steps: int | None = None,
 ) -> OptimizeResult:
     """Minimize ``loss(params)`` with optax.
 
@@ -441,7 +452,8 @@ def optimize(
             are held fixed.  An array-like of numbers (``[1.0, 2.0]``) is taken as one array.  :class:`GroupParam` leaves are updated on their group.
         optimizer: ``"adam"`` (``optax.adam(1e-2)``), ``"lbfgs"`` (``optax.lbfgs()`` with its zoom
             line search; Euclidean parameters only), or any optax ``GradientTransformation``.
-        steps: maximum number of iterations.
+        max_iters: maximum number of iterations (the same name as in
+            :func:`~geomjax.control.trajopt.solve_ocp`; ``steps=`` is a deprecated alias).
         target: stop once the loss is ``<= target``.
         gtol: stop once the gradient norm is ``<= gtol``.
         patience: stop when the loss has not decreased by a relative ``min_delta`` for this many
@@ -452,6 +464,7 @@ def optimize(
     Returns:
         :class:`OptimizeResult`.
     """
+    steps = _max_iters(max_iters, steps)
     _check_common(steps, patience)
     opt, extra, memory = _make_optimizer(optimizer)
     params = _as_params(params)
@@ -499,13 +512,14 @@ def optimize_restarts(
     key,
     restarts: int,
     optimizer="adam",
-    steps: int = 500,
+    max_iters: int = 500,
     *,
     target: float | None = None,
     patience: int | None = None,
     min_delta: float = 1e-4,
     progress: bool = True,
     export: Callable | None = None,
+    steps: int | None = None,
 ) -> OptimizeResult:
     """Batched random restarts: ``init(key) -> params`` for ``restarts`` keys, optimized together
     under ``vmap`` (one jitted update per iteration for the whole batch); returns the best.
@@ -513,6 +527,7 @@ def optimize_restarts(
     Early stopping (``target``, ``patience``) looks at the best loss of the batch.  The history's
     ``loss``/``grad_norm`` are ``(iterations, restarts)``; ``restart_losses`` holds each final loss.
     """
+    steps = _max_iters(max_iters, steps)
     _check_common(steps, patience)
     if not (isinstance(restarts, int | np.integer) and restarts >= 1):
         raise ValueError(

@@ -27,7 +27,7 @@ def run(out: Path, fast: bool) -> list[Check]:
     # 1. attitude manoeuvre: from rest at the identity to rest at R_target, minimum effort
     prob = AttitudeManeuver(steps=100 if fast else 400, modes=6)
     res = optimize(
-        prob.loss, prob.initial_params(), "lbfgs", steps=25 if fast else 100, progress=False
+        prob.loss, prob.initial_params(), "lbfgs", max_iters=25 if fast else 100, progress=False
     )
     err = {k: float(v) for k, v in prob.errors(res.params).items()}
     checks.append(
@@ -71,7 +71,7 @@ def run(out: Path, fast: bool) -> list[Check]:
     # along a closed path turns the spacecraft to a target attitude (zero angular momentum)
     craft = SpacecraftReorientation(steps=60)
     res_b = optimize(
-        craft.loss, craft.initial_params(), "lbfgs", steps=40, progress=False, target=1e-12
+        craft.loss, craft.initial_params(), "lbfgs", max_iters=40, progress=False, target=1e-12
     )
     err0 = float(craft.errors(craft.initial_params())["angle"])
     eb = float(craft.errors(res_b.params)["angle"])

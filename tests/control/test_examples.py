@@ -71,7 +71,7 @@ def test_gradient_through_magnus_reconstruction_matches_fd_and_checkpointing():
 def test_attitude_manoeuvre_reaches_target_confirmed_by_dop853():
     # documented initial guess: no torque (c = 0); L-BFGS, 25 iterations
     prob = AttitudeManeuver(steps=100, modes=6)
-    res = optimize(prob.loss, prob.initial_params(), "lbfgs", steps=25, progress=False)
+    res = optimize(prob.loss, prob.initial_params(), "lbfgs", max_iters=25, progress=False)
     final = jax.jit(lambda p: prob.simulate(p).final_state)(res.params)
     R_lgvi = np.asarray(final.R)
     assert rotation_angle(np.asarray(prob.R_target).T @ R_lgvi) < REACH
@@ -120,7 +120,7 @@ def _pose_reference(prob, params):
 def test_pose_manoeuvre_on_se3_reaches_target_confirmed_by_dop853():
     # h = 0.02: LGVI error ~ 1e-4 (O(h²), measured above), below the 1e-3 target
     prob = PoseManeuver(steps=200, modes=5)
-    res = optimize(prob.loss, prob.initial_params(), "lbfgs", steps=150, progress=False)
+    res = optimize(prob.loss, prob.initial_params(), "lbfgs", max_iters=150, progress=False)
     R, x, w, v = _pose_reference(prob, res.params)
     gt = np.asarray(prob.g_target)
     assert rotation_angle(gt[:3, :3].T @ R) < REACH
@@ -132,7 +132,9 @@ def test_pose_manoeuvre_on_se3_reaches_target_confirmed_by_dop853():
 def test_ball_on_plate_closed_path_reaches_orientation_confirmed_by_dop853():
     # documented initial guess: the unit circle (3 Fourier modes), rest-to-rest time law
     prob = BallOnPlate(steps=60)
-    res = optimize(prob.loss, prob.initial_params(), "lbfgs", steps=40, progress=False, target=1e-8)
+    res = optimize(
+        prob.loss, prob.initial_params(), "lbfgs", max_iters=40, progress=False, target=1e-8
+    )
     assert res.stop_reason == "target"
     traj = Trajectory(res.params, prob.duration)
     np.testing.assert_allclose(traj(prob.duration), traj(0.0), atol=1e-12)  # back at the start
@@ -149,7 +151,9 @@ def test_ball_on_plate_closed_path_reaches_orientation_confirmed_by_dop853():
 @pytest.mark.long
 def test_shape_change_reorientation_confirmed_by_dop853_in_spatial_form():
     prob = ShapeReorientation(steps=60)
-    res = optimize(prob.loss, prob.initial_params(), "lbfgs", steps=40, progress=False, target=1e-8)
+    res = optimize(
+        prob.loss, prob.initial_params(), "lbfgs", max_iters=40, progress=False, target=1e-8
+    )
     assert res.stop_reason == "target"
     traj = Trajectory(res.params, prob.duration)
     pos_vel = jax.jit(lambda t: (traj(t), traj.velocity(t)))
@@ -181,7 +185,7 @@ def test_shape_change_reorientation_confirmed_by_dop853_in_spatial_form():
 @pytest.mark.skipif(not FULL, reason="GEOMJAX_FULL=1 runs the full-size problems")
 def test_full_size_attitude_manoeuvre_converges_to_minimum_effort():
     prob = AttitudeManeuver(steps=400, modes=8)
-    res = optimize(prob.loss, prob.initial_params(), "lbfgs", steps=200, progress=False)
+    res = optimize(prob.loss, prob.initial_params(), "lbfgs", max_iters=200, progress=False)
     err = prob.errors(res.params)
     assert float(err["angle"]) < 1e-5 and float(err["rate"]) < 1e-5
 
@@ -246,7 +250,7 @@ def test_spacecraft_reorientation_by_internal_robot_confirmed_by_dop853():
     # documented initial guess: circle θ = 0.8 + 0.3 cos, φ = 0.3 sin (misses by 0.023 rad)
     prob = SpacecraftReorientation(steps=60)
     res = optimize(
-        prob.loss, prob.initial_params(), "lbfgs", steps=40, progress=False, target=1e-12
+        prob.loss, prob.initial_params(), "lbfgs", max_iters=40, progress=False, target=1e-12
     )
     assert res.stop_reason == "target"
     R = _spacecraft_reference(prob, res.params)

@@ -104,8 +104,12 @@ def test_bad_inputs_raise_value_error():
         PeriodicSpline(jnp.zeros((2, 3)))
     with pytest.raises(ValueError, match="duration"):
         Trajectory(FourierLoop.circle(jnp.zeros(2), 1.0), -1.0)
-    with pytest.raises(ValueError, match="steps"):
-        optimize(lambda p: jnp.sum(p**2), jnp.ones(2), steps=0)
+    with pytest.raises(ValueError, match="'max_iters'"):
+        optimize(lambda p: jnp.sum(p**2), jnp.ones(2), max_iters=0)
+    # the former name of the iteration cap still works, with a deprecation warning
+    with pytest.warns(DeprecationWarning, match="'max_iters'"):
+        old = optimize(lambda p: jnp.sum(p**2), jnp.ones(2), "lbfgs", steps=3, progress=False)
+    assert int(old.iterations) <= 3
     with pytest.raises(ValueError, match="optimizer"):
         optimize(lambda p: jnp.sum(p**2), jnp.ones(2), optimizer="sgd!")
     with pytest.raises(ValueError, match="L-BFGS"):
@@ -113,7 +117,7 @@ def test_bad_inputs_raise_value_error():
     # a loss that is not a real scalar: the error names 'loss' (not JAX's "scalar-output")
     for loss in (lambda p: p**2, lambda p: jnp.sum(p, keepdims=True), lambda p: (jnp.sum(p), 0.0)):
         with pytest.raises(ValueError, match="'loss' must return a real scalar"):
-            optimize(loss, jnp.ones(2), steps=2, progress=False)
+            optimize(loss, jnp.ones(2), max_iters=2, progress=False)
     with pytest.raises(ValueError, match="'loss' must return a real scalar"):
         optimize_restarts(
             lambda p: p**2, lambda k: jnp.ones(2), jax.random.PRNGKey(0), 2, progress=False
@@ -155,7 +159,7 @@ def test_losses_closed_forms_and_composition():
 def test_adam_quadratic_history_and_early_stopping():
     loss = lambda p: jnp.sum((p["x"] - 3.0) ** 2) + (p["y"] + 1.0) ** 2  # noqa: E731
     p0 = {"x": jnp.zeros(3), "y": jnp.zeros(())}
-    res = optimize(loss, p0, optax.adam(0.1), steps=400, progress=False)
+    res = optimize(loss, p0, optax.adam(0.1), max_iters=400, progress=False)
     assert res.iterations == 400 and res.stop_reason == "max_iters"
     np.testing.assert_allclose(res.params["x"], 3.0, atol=1e-3)
     h = res.history
@@ -163,11 +167,11 @@ def test_adam_quadratic_history_and_early_stopping():
     assert np.all(np.diff(h["time"]) >= 0) and res.compile_time > 0
     # the recorded gradient norm is that of the first iterate: |2(0 - 3)|·√3 and |2(0+1)|
     np.testing.assert_allclose(h["grad_norm"][0], math.sqrt(3 * 36 + 4), rtol=1e-12)
-    res_t = optimize(loss, p0, optax.adam(0.1), steps=400, progress=False, target=1e-2)
+    res_t = optimize(loss, p0, optax.adam(0.1), max_iters=400, progress=False, target=1e-2)
     assert res_t.stop_reason == "target" and res_t.iterations < 400 and res_t.loss <= 1e-2
-    res_p = optimize(loss, p0, optax.sgd(0.0), steps=100, progress=False, patience=5)
+    res_p = optimize(loss, p0, optax.sgd(0.0), max_iters=100, progress=False, patience=5)
     assert res_p.stop_reason == "patience" and res_p.iterations == 6
-    out = optimize(loss, p0, steps=3, progress=True, export=lambda p: {"x": p["x"]})
+    out = optimize(loss, p0, max_iters=3, progress=True, export=lambda p: {"x": p["x"]})
     assert isinstance(out.arrays["x"], np.ndarray)
 
 
@@ -175,7 +179,7 @@ def test_lbfgs_rosenbrock():
     def rosen(p):
         return (1 - p[0]) ** 2 + 100 * (p[1] - p[0] ** 2) ** 2
 
-    res = optimize(rosen, jnp.array([-1.2, 1.0]), "lbfgs", steps=200, progress=False, gtol=1e-9)
+    res = optimize(rosen, jnp.array([-1.2, 1.0]), "lbfgs", max_iters=200, progress=False, gtol=1e-9)
     np.testing.assert_allclose(res.params, [1.0, 1.0], atol=1e-6)
     assert res.stop_reason == "gtol"
 
@@ -192,10 +196,10 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
 
     x0 = jnp.array([0.5, -1.0, 2.5, 1.0])
     n = 12
-    res = optimize(f, x0, "lbfgs", steps=n, progress=False)
+    res = optimize(f, x0, "lbfgs", max_iters=n, progress=False)
     n_optimize = len(traces)
     traces.clear()
-    optimize(f, x0, "adam", steps=3, progress=False)
+    optimize(f, x0, "adam", max_iters=3, progress=False)
     assert len(traces) == 1  # one trace of the step for all iterations: no recompilation
     # the step reusing the line search's value and gradient traces the loss once less (optax's
     # line search itself evaluates it in both branches of a cond)
@@ -225,7 +229,7 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
     np.testing.assert_allclose(res.loss, final[best], rtol=1e-12)
     np.testing.assert_allclose(res.params, iterates[best], rtol=1e-10, atol=1e-12)
     # an early stop: the result is an evaluated iterate
-    res_t = optimize(f, x0, "lbfgs", steps=n, progress=False, target=values[4])
+    res_t = optimize(f, x0, "lbfgs", max_iters=n, progress=False, target=values[4])
     assert res_t.stop_reason == "target" and res_t.iterations == 5
     np.testing.assert_allclose(res_t.loss, values[4], rtol=1e-12)
     # batched restarts with L-BFGS: each restart is the same loop
@@ -237,11 +241,11 @@ def test_lbfgs_matches_optax_reference_loop_and_traces_the_loss_once():
         jax.random.PRNGKey(3),
         3,
         "lbfgs",
-        steps=6,
+        max_iters=6,
         progress=False,
     )
     for i, s0 in enumerate(starts):
-        one = optimize(f, s0, "lbfgs", steps=6, progress=False)
+        one = optimize(f, s0, "lbfgs", max_iters=6, progress=False)
         np.testing.assert_allclose(res_r.history["loss"][:, i], one.history["loss"], rtol=1e-10)
         np.testing.assert_allclose(res_r.restart_losses[i], one.loss, rtol=1e-10)
 
@@ -257,9 +261,9 @@ def test_second_optimize_call_reuses_the_compiled_step():
     x0 = jnp.array([0.5, -1.0, 2.5])
     for opt in ("adam", "lbfgs"):
         traces.clear()
-        first = optimize(f, (x0, 2.0), opt, steps=15, progress=False)
+        first = optimize(f, (x0, 2.0), opt, max_iters=15, progress=False)
         n_first = len(traces)
-        second = optimize(f, (x0 + 0.0, 2.0), opt, steps=15, progress=False)
+        second = optimize(f, (x0 + 0.0, 2.0), opt, max_iters=15, progress=False)
         assert n_first >= 1 and len(traces) == n_first  # no retrace, so no recompilation
         # the cached program computes what the first call computed (same iterates)
         np.testing.assert_array_equal(second.history["loss"], first.history["loss"])
@@ -267,7 +271,7 @@ def test_second_optimize_call_reuses_the_compiled_step():
     # the fixed part of the parameters is part of the cache key: another constant, another
     # program; the minimizer of sum (x - c)^2 + 0.1 sum sin x solves 2 (x - c) + 0.1 cos x = 0
     traces.clear()
-    res = optimize(f, (x0, 3.0), "lbfgs", steps=30, progress=False)
+    res = optimize(f, (x0, 3.0), "lbfgs", max_iters=30, progress=False)
     assert len(traces) >= 1
     x = np.asarray(res.params[0])
     np.testing.assert_allclose(2 * (x - 3.0) + 0.1 * np.cos(x), 0.0, atol=1e-8)
@@ -280,7 +284,7 @@ def test_group_parameter_stays_on_group_and_reaches_target():
         lambda p: group_distance(SO3, p.g, target),
         GroupParam(jnp.eye(3), SO3),
         optax.adam(0.1),
-        steps=600,
+        max_iters=600,
         progress=False,
         target=1e-10,
     )
@@ -305,7 +309,7 @@ def test_restarts_find_the_global_minimum_of_a_multiwell():
         jax.random.PRNGKey(0),
         16,
         optax.adam(0.05),
-        steps=300,
+        max_iters=300,
         progress=False,
     )
     grid = np.linspace(-4, 4, 200001)

@@ -83,7 +83,7 @@ def test_ilqr_ddp_and_lbfgs_agree_on_smooth_optimum():
     b = solve_ocp(prob, DDP(tol=1e-13), max_iters=100)
     assert a.stop_reason == "converged" and b.stop_reason == "converged"
     J = _rollout_cost(prob)
-    res = optimize(jax.jit(J), a.controls * 0, "lbfgs", steps=400, gtol=1e-9, progress=False)
+    res = optimize(jax.jit(J), a.controls * 0, "lbfgs", max_iters=400, gtol=1e-9, progress=False)
     # the optimum is isolated and strongly convex in u (effort term): the three minimizers agree
     # to the solvers' tolerances (L-BFGS at |∇J| ≤ 1e-9)
     np.testing.assert_allclose(a.controls, b.controls, atol=1e-5)

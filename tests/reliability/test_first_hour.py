@@ -74,14 +74,14 @@ def test_optimize_accepts_array_likes():
     def f(x):
         return jnp.sum((x - target) ** 2)
 
-    res = optimize(f, [1.0, 2.0], "lbfgs", steps=20, progress=False)
+    res = optimize(f, [1.0, 2.0], "lbfgs", max_iters=20, progress=False)
     np.testing.assert_allclose(res.params, target, atol=1e-8)  # the minimizer, closed form
-    ref = optimize(f, jnp.array([1.0, 2.0]), "lbfgs", steps=20, progress=False)
+    ref = optimize(f, jnp.array([1.0, 2.0]), "lbfgs", max_iters=20, progress=False)
     np.testing.assert_array_equal(res.params, ref.params)  # the same iterates as an array
-    res_int = optimize(f, (1, 2), "lbfgs", steps=20, progress=False)
+    res_int = optimize(f, (1, 2), "lbfgs", max_iters=20, progress=False)
     np.testing.assert_array_equal(res_int.params, ref.params)
     with pytest.raises(ValueError, match=r"argument 'params' has no floating-point arrays"):
-        optimize(f, "ab", steps=2, progress=False)
+        optimize(f, "ab", max_iters=2, progress=False)
 
 
 def _loop(p, t):  # a circle in shape space: centre p[:2], radius p[2]
