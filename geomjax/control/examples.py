@@ -1,9 +1,18 @@
-"""Worked trajectory-optimization problems, each a small :class:`equinox.Module` with
-``initial_params()``, ``loss(params)``, ``simulate(params)`` and ``errors(params)``.
+"""Worked control problems.
 
-* :class:`AttitudeManeuver` — rest-to-rest reorientation of a rigid body on SO(3) by control
-  torques through the forced LGVI, minimum effort with the final attitude and rest as penalties.
-* :class:`PoseManeuver` — the same on SE(3) (:class:`geomjax.RigidBodySE3`, body wrenches).
+The optimal-control problems are the factories, each returning an
+:class:`~geomjax.control.trajopt.OptimalControlProblem` for
+:func:`~geomjax.control.trajopt.solve_ocp` and :func:`~geomjax.control.run_mpc`:
+:func:`attitude_problem` (SO(3), torques), :func:`pose_problem` (SE(3), wrenches),
+:func:`quadrotor_problem` (crocoddyl's quadrotor), :func:`cartpole_problem`,
+:func:`rolling_ball_problem` and :func:`spacecraft_problem` (base velocities of base-controlled
+systems).  For first-order optimization with :func:`~geomjax.control.optimize` the classes below
+are small :class:`equinox.Module` s with ``initial_params()``, ``loss(params)``,
+``simulate(params)`` and ``errors(params)``:
+
+* :class:`AttitudeManeuver`, :class:`PoseManeuver` — :func:`attitude_problem` and
+  :func:`pose_problem` posed for shooting (:class:`SineShooting`: sine-mode torques or wrenches,
+  the problem's own cost): rest-to-rest reorientation on SO(3) and manoeuvre on SE(3).
 * :class:`BallOnPlate` — a closed contact path on a fixed plate that brings a rolling ball back to
   its start with a target orientation (the rolling kinematics are a horizontal lift).
 * :class:`SpacecraftReorientation` — Cabrera, *Base-controlled mechanical systems and geometric phases*, §5.3: a small ball (a robot) rolling inside a big
@@ -22,7 +31,6 @@ equation with a known velocity.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -43,15 +51,14 @@ __all__ = [
     "QUADROTOR",
     "AttitudeManeuver",
     "BallOnPlate",
-    "KinematicState",
-    "KinematicSystem",
-    "Magnus4",
     "PoseManeuver",
     "ShapeReorientation",
+    "SineShooting",
     "SpacecraftReorientation",
     "attitude_problem",
     "cartpole_problem",
     "loop_controls",
+    "pose_problem",
     "quadrotor_actuation",
     "quadrotor_problem",
     "rolling_ball_problem",
@@ -69,79 +76,83 @@ def sine_basis_controls(coeffs, steps: int):
     return basis @ coeffs
 
 
-# --- example 4: rigid-body attitude on SO(3) and pose on SE(3) -------------------------------------
-class _ForcedManeuver(eqx.Module):
-    """What the SO(3) and SE(3) manoeuvres share: sine-basis controls (:func:`sine_basis_controls`)
-    through the forced LGVI from rest, and the loss ``½∫|u|² dt + w (‖log(g_target⁻¹ g(T))‖² +
-    T²|ξ(T)|²)``.  Subclasses give the fields ``system, duration, steps, modes, weight,
-    checkpoint, method`` and the hooks below."""
+# --- example 4: rigid-body attitude on SO(3) and pose on SE(3), posed for shooting ---------------
+class SineShooting(eqx.Module):
+    """An :class:`~geomjax.control.trajopt.OptimalControlProblem` posed for first-order shooting
+    with :func:`~geomjax.control.optimize`: the controls are ``J`` sine modes
+    (:func:`sine_basis_controls`, zero at both ends: rest to rest), the loss is the problem's own
+    cost ``J = Σ dt·l(t_k, x_k, u_k) + Φ(x_N)`` of their rollout by :func:`~geomjax.simulate`
+    (the problem's system and method).  The second-order solvers take ``problem`` itself
+    (:func:`~geomjax.control.trajopt.solve_ocp`); both minimize the same cost, over a smaller
+    control space here.
 
-    width: ClassVar[int]  # dimension of the controls (the Lie algebra)
+    Attributes:
+        problem: the optimal-control problem (its bounds and constraints are not used here).
+        modes: the number ``J`` of sine modes; parameters ``c`` ``(J, control_dim)``.
+        checkpoint: rematerialize the steps in the backward pass (``simulate(checkpoint=True)``).
+    """
 
-    def _initial_state(self):
-        raise NotImplementedError
-
-    def _terminal(self, final):
-        """``(‖log(g_target⁻¹ g(T))‖², |ξ(T)|²)`` of the final state."""
-        raise NotImplementedError
+    problem: object
+    modes: int = eqx.field(static=True)
+    checkpoint: bool = eqx.field(static=True, default=True)
 
     @property
-    def dt(self) -> float:
-        return self.duration / self.steps
+    def system(self):
+        return self.problem.system
+
+    @property
+    def dt(self):
+        return self.problem.dt
+
+    @property
+    def steps(self) -> int:
+        return self.problem.steps
+
+    @property
+    def duration(self) -> float:
+        return float(self.problem.dt) * self.problem.steps
 
     def initial_params(self):
-        """The documented initial guess ``c = 0`` (no control), ``(modes, width)``."""
-        dtype = jax.tree_util.tree_leaves(self._initial_state())[0].dtype
-        return jnp.zeros((self.modes, self.width), dtype)
+        """The documented initial guess ``c = 0`` (no control), ``(modes, control_dim)``."""
+        return jnp.zeros((self.modes, self.problem.control_dim), self.problem.dtype)
 
     def controls(self, params):
-        """``(steps, width)`` body torques/wrenches (zero-order hold)."""
+        """``(steps, control_dim)`` zero-order-hold controls."""
         return sine_basis_controls(params, self.steps)
 
     def simulate(self, params):
-        every = _save_every(self.steps) if self.checkpoint else 1
+        """The rollout (every node saved: the running cost reads them all)."""
+        p = self.problem
         return simulate(
-            self.system,
-            self.method,
-            self._initial_state(),
-            self.dt,
-            self.steps,
+            p.system,
+            p.method,
+            p.state0,
+            p.dt,
+            p.steps,
             controls=self.controls(params),
-            save_every=every,
             checkpoint=self.checkpoint,
             check_inputs=False,
         )
 
-    def terminal_error(self, params):
-        """``(squared group distance to the target, T²|ξ(T)|²)`` at the final time."""
-        err, rate = self._terminal(self.simulate(params).final_state)
-        return err, self.duration**2 * rate
-
     def loss(self, params):
-        err, rate = self.terminal_error(params)
-        return control_effort(self.controls(params), self.dt) + self.weight * (err + rate)
+        """The problem's cost of the controls (:meth:`OptimalControlProblem.cost`)."""
+        return self.problem.cost(self.simulate(params).states, self.controls(params))
 
 
-class AttitudeManeuver(_ForcedManeuver):
-    """Rest-to-rest attitude manoeuvre of a rigid body by body torques (forced LGVI, seed-free:
-    Lee, Leok & McClamroch's discrete Euler equations with the control in the discrete
-    Lagrange–d'Alembert principle).
+def _shooting_weights(weight, duration, dim, dtype):
+    """Terminal weights of ``w (‖log(g*⁻¹ g)‖² + T²|ξ|²)`` as ``½ Σ w_i r_i²`` of ``(log, ξ)``."""
+    return jnp.asarray([2 * weight] * dim + [2 * weight * duration**2] * dim, dtype)
 
-    Controls: ``u(t) = Σ_j c_j sin(π j t/T)`` sampled at step midpoints, parameters ``c`` ``(J, 3)``.
-    Loss: ``½∫|u|² dt + w (‖log(R_target⁻¹ R(T))‖² + T²|Ω(T)|²)``; the penalty weight ``w`` makes the
-    terminal error ``O(1/w)`` (documented initial guess: ``c = 0``, no torque).
+
+class AttitudeManeuver(SineShooting):
+    """Rest-to-rest attitude manoeuvre of a rigid body by body torques, posed for shooting:
+    :func:`attitude_problem` (no torque limits, the target as a penalty) with sine-mode torques
+    through the forced LGVI (Lee, Leok & McClamroch's discrete Euler equations with the control
+    in the discrete Lagrange–d'Alembert principle).
+
+    Loss: ``½∫|u|² dt + w (‖log(R_target⁻¹ R(T))‖² + T²|Ω(T)|²)``; the penalty weight ``w`` makes
+    the terminal error ``O(1/w)`` (documented initial guess: ``c = 0``, no torque).
     """
-
-    system: RigidBody
-    R0: jax.Array
-    R_target: jax.Array
-    duration: float = eqx.field(static=True)
-    steps: int = eqx.field(static=True)
-    modes: int = eqx.field(static=True)
-    weight: float = eqx.field(static=True)
-    checkpoint: bool = eqx.field(static=True)
-    method: LGVI = LGVI()
-    width: ClassVar[int] = 3
 
     def __init__(
         self,
@@ -154,25 +165,34 @@ class AttitudeManeuver(_ForcedManeuver):
         weight: float = 1e6,
         checkpoint: bool = True,
     ):
-        self.system = RigidBody(jnp.asarray(inertia, dtype=jnp.result_type(float)))
-        dtype = self.system.inertia.dtype
-        if R_target is None:
-            axis = jnp.array([1.0, 2.0, -1.0], dtype) / math.sqrt(6.0)
-            R_target = SO3.from_axis_angle(axis, jnp.asarray(1.5, dtype))
-        self.R_target = jnp.asarray(R_target, dtype)
-        self.R0 = jnp.eye(3, dtype=dtype) if R0 is None else jnp.asarray(R0, dtype)
         if not (isinstance(steps, int) and steps >= 1 and isinstance(modes, int) and modes >= 1):
             raise ValueError("AttitudeManeuver: 'steps' and 'modes' must be positive ints")
-        self.duration, self.steps, self.modes = float(duration), steps, modes
-        self.weight, self.checkpoint = float(weight), checkpoint
-        self.method = LGVI()
+        dtype = jnp.result_type(float)
+        w = _shooting_weights(float(weight), float(duration), 3, dtype)
+        prob = attitude_problem(
+            torque_max=None,
+            inertia=inertia,
+            duration=duration,
+            steps=steps,
+            method=LGVI(),
+            exact_target=False,
+            weight=w,
+        )
+        if R_target is not None:
+            prob = eqx.tree_at(
+                lambda p: p.terminal_cost.residual.target, prob, jnp.asarray(R_target, dtype)
+            )
+        if R0 is not None:
+            prob = eqx.tree_at(lambda p: p.state0.R, prob, jnp.asarray(R0, dtype))
+        self.problem, self.modes, self.checkpoint = prob, modes, checkpoint
 
-    def _initial_state(self):
-        return RigidBodyState(self.R0, jnp.zeros(3, self.R0.dtype))
+    @property
+    def R_target(self):
+        return self.problem.terminal_cost.residual.target
 
-    def _terminal(self, final):
-        angle = group_distance(SO3, final.R, self.R_target)
-        return angle, jnp.sum(self.system.velocity(final.Pi) ** 2)
+    @property
+    def R0(self):
+        return self.problem.state0.R
 
     def errors(self, params) -> dict:
         """``{"angle": rad, "rate": |Ω(T)| rad/s, "effort"}`` of the LGVI solution."""
@@ -184,25 +204,12 @@ class AttitudeManeuver(_ForcedManeuver):
         }
 
 
-class PoseManeuver(_ForcedManeuver):
-    """Rest-to-rest manoeuvre of a free rigid body on SE(3) (:class:`geomjax.RigidBodySE3`, centre
-    of mass at the body origin) to a target pose by body wrenches ``(torque, force)``.
-
-    Controls: ``u(t) = Σ_j c_j sin(π j t/T)``, ``c`` ``(J, 6)``.  Loss: ``½∫|u|² dt + w
-    (‖log(g_target⁻¹ g(T))‖² + T²|ξ(T)|²)`` (rotation in rad, translation in length units; the
-    documented initial guess is ``c = 0``).
+class PoseManeuver(SineShooting):
+    """Rest-to-rest manoeuvre of a free rigid body on SE(3) to a target pose by body wrenches
+    ``(torque, force)``, posed for shooting: :func:`pose_problem` (no limits, the target as a
+    penalty) with sine-mode wrenches.  Loss: ``½∫|u|² dt + w (‖log(g_target⁻¹ g(T))‖² +
+    T²|ξ(T)|²)`` (rotation in rad, translation in length units; initial guess ``c = 0``).
     """
-
-    system: RigidBodySE3
-    g0: jax.Array
-    g_target: jax.Array
-    duration: float = eqx.field(static=True)
-    steps: int = eqx.field(static=True)
-    modes: int = eqx.field(static=True)
-    weight: float = eqx.field(static=True)
-    checkpoint: bool = eqx.field(static=True)
-    method: LGVI = LGVI()
-    width: ClassVar[int] = 6
 
     def __init__(
         self,
@@ -215,24 +222,28 @@ class PoseManeuver(_ForcedManeuver):
         weight: float = 1e6,
         checkpoint: bool = True,
     ):
-        self.system = RigidBodySE3(mass, jnp.asarray(inertia, dtype=jnp.result_type(float)))
-        dtype = self.system.inertia.dtype
-        if g_target is None:
-            axis = jnp.array([0.0, 1.0, 1.0], dtype) / math.sqrt(2.0)
-            R = SO3.from_axis_angle(axis, jnp.asarray(1.0, dtype))
-            g_target = SE3.from_rotation_translation(R, jnp.array([1.0, -0.5, 0.3], dtype))
-        self.g_target = jnp.asarray(g_target, dtype)
-        self.g0 = jnp.eye(4, dtype=dtype)
-        self.duration, self.steps, self.modes = float(duration), steps, modes
-        self.weight, self.checkpoint = float(weight), checkpoint
-        self.method = LGVI()
+        if not (isinstance(steps, int) and steps >= 1 and isinstance(modes, int) and modes >= 1):
+            raise ValueError("PoseManeuver: 'steps' and 'modes' must be positive ints")
+        dtype = jnp.result_type(float)
+        prob = pose_problem(
+            mass=mass,
+            inertia=inertia,
+            target=g_target,
+            duration=duration,
+            steps=steps,
+            method=LGVI(),
+            exact_target=False,
+            weight=_shooting_weights(float(weight), float(duration), 6, dtype),
+        )
+        self.problem, self.modes, self.checkpoint = prob, modes, checkpoint
 
-    def _initial_state(self):
-        return LieGroupState(self.g0, jnp.zeros(6, self.g0.dtype))
+    @property
+    def g_target(self):
+        return self.problem.terminal_cost.residual.target
 
-    def _terminal(self, final):
-        err = group_distance(SE3, final.g, self.g_target)
-        return err, jnp.sum(self.system.velocity(final.mu) ** 2)
+    @property
+    def g0(self):
+        return self.problem.state0.g
 
     def errors(self, params) -> dict:
         final = self.simulate(params).final_state
@@ -700,6 +711,60 @@ def attitude_problem(
         _Effort(),
         terminal,
         control_dim=3,
+        **kw,
+    )
+
+
+class _PoseTarget(eqx.Module):
+    """``(log(g*⁻¹ g), ξ)`` ``(12,)``: zero at rest at the target pose."""
+
+    target: jax.Array
+    system: RigidBodySE3
+
+    def __call__(self, x):
+        return jnp.concatenate([SE3.rminus(x.g, self.target), self.system.velocity(x.mu)])
+
+
+def pose_problem(
+    wrench_max=None,
+    mass=2.0,
+    inertia=(1.0, 2.0, 3.0),
+    target=None,
+    duration=4.0,
+    steps=100,
+    method=None,
+    exact_target: bool = False,
+    weight=1e3,
+    dtype=None,
+):
+    """Rest-to-rest manoeuvre of a free rigid body on SE(3) (:class:`geomjax.RigidBodySE3`, centre
+    of mass at the body origin, no gravity) by body wrenches ``u = (torque, force)`` with
+    per-entry limits ``|u_i| ≤ wrench_max`` (None: none): minimum ``½∫|u|² dt`` from rest at the
+    identity to rest at ``target`` (default: rotation by 1 rad about ``(0, 1, 1)/√2``,
+    translation ``(1, −0.5, 0.3)``).  ``exact_target``: the final state as a terminal equality
+    (solve with :class:`~geomjax.control.trajopt.AugmentedLagrangian`); otherwise the penalty
+    ``½ Σ w_i r_i²`` of ``r = (log(g*⁻¹ g), ξ)`` with ``weight`` a scalar or ``(12,)``.  Default
+    method: :class:`~geomjax.LGVI`."""
+    from .trajopt import OptimalControlProblem
+
+    dtype = dtype or jnp.result_type(float)
+    system = RigidBodySE3(jnp.asarray(mass, dtype), jnp.asarray(inertia, dtype))
+    if target is None:
+        axis = jnp.array([0.0, 1.0, 1.0], dtype) / math.sqrt(2.0)
+        R = SO3.from_axis_angle(axis, jnp.asarray(1.0, dtype))
+        target = SE3.from_rotation_translation(R, jnp.array([1.0, -0.5, 0.3], dtype))
+    x0 = LieGroupState(jnp.eye(4, dtype=dtype), jnp.zeros(6, dtype))
+    res = _PoseTarget(jnp.asarray(target, dtype), system)
+    kw, terminal = _limits_and_target(wrench_max, 6, dtype, res, exact_target, weight)
+    return OptimalControlProblem(
+        system,
+        LGVI() if method is None else method,
+        x0,
+        duration / steps,
+        steps,
+        _Effort(),
+        terminal,
+        control_dim=6,
         **kw,
     )
 
