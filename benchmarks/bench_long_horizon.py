@@ -23,13 +23,14 @@ reported separately; each point is timed twice, interleaved over all methods, th
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, print_table, save_figure, write_json
+from common import RESULTS, fast_mode, print_table, save_figure, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -243,10 +244,12 @@ def main(argv=None):
             xlabel="wall time of the run [s]", ylabel="|RᵀR − I| at the end", title="group defect"
         )
         axes[0].legend(fontsize=7)
-        save_figure(fig, "long_horizon.png")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, RESULTS / "long_horizon.png")
     except ImportError:  # pragma: no cover
         pass
-    write_json("long_horizon", {"T": T, "samples": SAMPLES, "curves": curves, "table": rows})
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    write_json("long_horizon", {"T": T, "samples": SAMPLES, "curves": curves, "load_average": load})
     return 0
 
 

@@ -67,6 +67,17 @@ __all__ = [
 ]
 
 
+def _time_step(duration, steps, where):
+    """``duration / steps`` of a worked problem, its arguments checked."""
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ValueError(f"{where}: argument 'steps' must be a positive int, got {steps!r}")
+    if isinstance(duration, int | float) and not (math.isfinite(duration) and duration > 0):
+        raise ValueError(
+            f"{where}: argument 'duration' must be a finite positive number, got {duration!r}"
+        )
+    return duration / steps
+
+
 def sine_basis_controls(coeffs, steps: int):
     """Zero-order-hold controls ``u_k = Σ_j c_j sin(π j (k + ½)/steps)`` ``(steps, m)`` from
     coefficients ``(J, m)``: a smooth control that vanishes at both ends (rest to rest)."""
@@ -95,6 +106,12 @@ class SineShooting(eqx.Module):
     problem: object
     modes: int = eqx.field(static=True)
     checkpoint: bool = eqx.field(static=True, default=True)
+
+    def __check_init__(self):
+        if not (isinstance(self.modes, int) and self.modes >= 1):
+            raise ValueError(
+                f"{type(self).__name__}: argument 'modes' must be a positive int, got {self.modes!r}"
+            )
 
     @property
     def system(self):
@@ -165,8 +182,6 @@ class AttitudeManeuver(SineShooting):
         weight: float = 1e6,
         checkpoint: bool = True,
     ):
-        if not (isinstance(steps, int) and steps >= 1 and isinstance(modes, int) and modes >= 1):
-            raise ValueError("AttitudeManeuver: 'steps' and 'modes' must be positive ints")
         dtype = jnp.result_type(float)
         w = _shooting_weights(float(weight), float(duration), 3, dtype)
         prob = attitude_problem(
@@ -222,8 +237,6 @@ class PoseManeuver(SineShooting):
         weight: float = 1e6,
         checkpoint: bool = True,
     ):
-        if not (isinstance(steps, int) and steps >= 1 and isinstance(modes, int) and modes >= 1):
-            raise ValueError("PoseManeuver: 'steps' and 'modes' must be positive ints")
         dtype = jnp.result_type(float)
         prob = pose_problem(
             mass=mass,
@@ -706,7 +719,7 @@ def attitude_problem(
         system,
         LGVI() if method is None else method,
         x0,
-        duration / steps,
+        _time_step(duration, steps, "attitude_problem"),
         steps,
         _Effort(),
         terminal,
@@ -760,7 +773,7 @@ def pose_problem(
         system,
         LGVI() if method is None else method,
         x0,
-        duration / steps,
+        _time_step(duration, steps, "pose_problem"),
         steps,
         _Effort(),
         terminal,
@@ -845,7 +858,7 @@ def cartpole_problem(
         system,
         DiscreteEulerLagrange() if method is None else method,
         x0,
-        duration / steps,
+        _time_step(duration, steps, "cartpole_problem"),
         steps,
         _Effort(),
         terminal,

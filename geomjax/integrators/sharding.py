@@ -66,6 +66,17 @@ def _batch_size(tree, axes, name, where="simulate_sharded"):
     return {jnp.shape(x)[0] for x in batched}
 
 
+def _padding(B, n_dev, pad, what):
+    """How many members pad a batch of ``B`` to a multiple of ``n_dev`` (an error unless ``pad``)."""
+    extra = -B % n_dev
+    if extra and not pad:
+        raise ValueError(
+            f"{what} ({B}) must be a multiple of the number of devices in 'mesh' ({n_dev}); "
+            "pass pad=True to pad it"
+        )
+    return extra
+
+
 def _pad(tree, axes, pad):
     """Repeat the last batch member ``pad`` times (valid states: no spurious input errors)."""
 
@@ -153,12 +164,7 @@ def simulate_sharded(
             f"one leading batch size, got sizes {sorted(sizes)}"
         )
     (B,) = sizes
-    extra = -B % n_dev
-    if extra and not pad:
-        raise ValueError(
-            f"simulate_sharded: the batch size of 'states0' ({B}) must be a multiple of the number "
-            f"of devices in 'mesh' ({n_dev}); pass pad=True to pad it"
-        )
+    extra = _padding(B, n_dev, pad, "simulate_sharded: the batch size of 'states0'")
     if kwargs.pop("check_inputs", True) and hasattr(system, "check_state"):
         # checked on the whole batch before sharding: equinox's runtime errors are not
         # expressible inside shard_map (a cond whose branches differ in replication)
@@ -295,12 +301,7 @@ def shard_vmap(fun, in_axes=0, *, mesh: Mesh | None = None, pad: bool = False):
                 f"size (in_axes=0 marks them), got sizes {sorted(sizes) or 'none (nothing batched)'}"
             )
         (B,) = sizes
-        extra = -B % n_dev
-        if extra and not pad:
-            raise ValueError(
-                f"shard_vmap: the batch size ({B}) must be a multiple of the number of devices in "
-                f"'mesh' ({n_dev}); pass pad=True to pad it"
-            )
+        extra = _padding(B, n_dev, pad, "shard_vmap: the batch size")
         params = tuple(_pad(p, a, extra) for p, a in zip(params, axes))
         out_static = []
 

@@ -288,3 +288,16 @@ def test_pose_problem_solved_by_ddp_reaches_the_pose_in_a_re_simulation():
     assert rotation_angle(gt[:3, :3].T @ g[:3, :3]) < 5e-3
     assert np.linalg.norm(g[:3, 3] - gt[:3, 3]) < 5e-3
     assert np.linalg.norm(np.asarray(prob.system.velocity(end.final_state.mu))) < 5e-3
+
+
+def test_worked_problems_name_bad_arguments():
+    from geomjax.control.examples import attitude_problem, pose_problem
+
+    with pytest.raises(ValueError, match="attitude_problem: argument 'steps'"):
+        AttitudeManeuver(steps=0)
+    with pytest.raises(ValueError, match="'modes' must be a positive int"):
+        PoseManeuver(modes=0)
+    with pytest.raises(ValueError, match="pose_problem: argument 'duration'"):
+        pose_problem(duration=float("nan"))
+    with pytest.raises(ValueError, match="attitude_problem: argument 'steps'"):
+        attitude_problem(steps=2.5)
