@@ -149,7 +149,7 @@ class RigidBody(EulerPoincareSystem):
         generalized: bool = False,
     ):
         # principal moments given: the body frame is the principal frame (static fast paths)
-        self.principal_axes = jnp.shape(inertia) == (3,)
+        self.principal_axes = np.shape(inertia) == (3,)
         I = _inertia3(inertia, "RigidBody")
         if not generalized and not isinstance(I, jax.core.Tracer):
             _warn_triangle(np.asarray(I))
