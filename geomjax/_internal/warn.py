@@ -39,3 +39,14 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
 
 def _importlib(filename: str) -> bool:
     return "importlib" in filename and "_bootstrap" in filename
+
+
+def renamed(value, old_value, where: str, name: str, old_name: str, default=None):
+    """The value of argument ``name``, or of its deprecated former name ``old_name`` (with a
+    ``DeprecationWarning``); both given (``name`` not at its ``default``) is an error."""
+    if old_value is None:
+        return value
+    if value is not default and value != default:
+        raise ValueError(f"{where}: pass argument '{name}' only (its former name '{old_name}' too)")
+    warn(f"{where}: argument '{old_name}' is deprecated: use '{name}'", DeprecationWarning)
+    return old_value

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.warn import renamed
 from ..integrators.base import AbstractMethod
 from ..integrators.simulate import ConvergenceError
 from .status import MESSAGES as _MESSAGES
@@ -254,6 +255,18 @@ def _control_step(problem, controller, plan, x, t):
 
 
 @eqx.filter_jit
+def _initial_plan(problem, controls, where):
+    """The first plan's controls ``(N, m)``: ``controls`` checked, or zeros."""
+    N, m, dtype = problem.steps, problem.control_dim, problem.dtype
+    us = jnp.zeros((N, m), dtype) if controls is None else jnp.asarray(controls, dtype)
+    if us.shape != (N, m):
+        raise ValueError(
+            f"{where}: argument 'controls' must have shape (horizon, control_dim) = ({N}, {m}), "
+            f"got {us.shape}"
+        )
+    return us
+
+
 def _run(problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps):
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
@@ -284,8 +297,9 @@ def run_mpc(
     disturbance: Callable | None = None,
     *,
     controller: MPC | None = None,
-    us=None,
+    controls=None,
     error: Callable | None = None,
+    us=None,
 ) -> MPCResult:
     """Run model predictive control of a plant for ``steps`` control steps of ``problem.dt``.
 
@@ -302,9 +316,10 @@ def run_mpc(
         disturbance: ``d(t) -> (m,)`` added to the applied control in the plant (an input
             disturbance: a torque for torque-controlled bodies), or None.
         controller: :class:`MPC` settings (default ``MPC()``).
-        us: initial guess of the first plan ``(N, m)`` (default zeros): pass the controls of a
-            converged :func:`~geomjax.control.trajopt.solve_ocp` from ``x0`` to start from an
-            optimal plan, as a controller that plans before it starts.
+        controls: initial guess of the first plan ``(N, m)`` (default zeros): pass the controls
+            of a converged :func:`~geomjax.control.trajopt.solve_ocp` from ``x0`` to start from
+            an optimal plan, as a controller that plans before it starts (``us``: its deprecated
+            name).
         error: ``e(t, state) -> scalar`` tracking error recorded along the run (default: the norm
             of the target residual, i.e. of a :class:`~geomjax.control.trajopt.ResidualCost`
             terminal cost's residual (``|(log(R*⁻¹R), Ω)|`` for
@@ -359,13 +374,7 @@ def run_mpc(
             f"{where}: a step of the plant (arguments 'plant_system', 'plant_method') returns "
             f"{_structure(out)}, not the model's state structure {_structure(problem.state0)}"
         )
-    N = problem.steps
-    us = jnp.zeros((N, m), dtype) if us is None else jnp.asarray(us, dtype)
-    if us.shape != (N, m):
-        raise ValueError(
-            f"{where}: argument 'us' must have shape (horizon, control_dim) = ({N}, {m}), "
-            f"got {us.shape}"
-        )
+    us = _initial_plan(problem, renamed(controls, us, where, "controls", "us"), where)
     error = _default_error(problem) if error is None else error
     if error is None:
         raise ValueError(
@@ -440,17 +449,12 @@ class OnlineMPC(eqx.Module):
     def __init__(self, problem: OptimalControlProblem, controller: MPC | None = None):
         self.problem, self.controller = _checked("OnlineMPC", problem, controller)
 
-    def init(self, us=None) -> MPCPlan:
-        """The plan before the first step: ``us`` ``(N, m)`` as the first warm start (e.g. an
-        open-loop optimum from the initial state), default zeros."""
-        p = self.problem
-        N, m, dtype = p.steps, p.control_dim, p.dtype
-        us = jnp.zeros((N, m), dtype) if us is None else jnp.asarray(us, dtype)
-        if us.shape != (N, m):
-            raise ValueError(
-                f"OnlineMPC.init: argument 'us' must have shape (horizon, control_dim) = "
-                f"({N}, {m}), got {us.shape}"
-            )
+    def init(self, controls=None, *, us=None) -> MPCPlan:
+        """The plan before the first step: ``controls`` ``(N, m)`` as the first warm start (e.g.
+        an open-loop optimum from the initial state), default zeros (``us``: deprecated name)."""
+        where = "OnlineMPC.init"
+        us = _initial_plan(self.problem, renamed(controls, us, where, "controls", "us"), where)
+        dtype = self.problem.dtype
         return MPCPlan(
             us,
             jnp.asarray(-1, jnp.int32),

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .._internal.warn import warn
+from .._internal.warn import renamed
 from ..lie import LieGroup
 from .status import OPTIMIZE_STATUS
 
@@ -344,15 +344,6 @@ def _as_params(params):
     return params
 
 
-def _max_iters(max_iters, steps):
-    """``max_iters``, or the deprecated keyword ``steps`` (``steps`` means time steps elsewhere:
-    ``simulate``, ``run_mpc``)."""
-    if steps is None:
-        return max_iters
-    warn("optimize: argument 'steps' is deprecated: use 'max_iters'", DeprecationWarning)
-    return steps
-
-
 def _check_common(steps, patience):
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"optimize: argument 'max_iters' must be a positive int, got {steps!r}")
@@ -464,7 +455,7 @@ def optimize(
     Returns:
         :class:`OptimizeResult`.
     """
-    steps = _max_iters(max_iters, steps)
+    steps = renamed(max_iters, steps, "optimize", "max_iters", "steps", default=500)
     _check_common(steps, patience)
     opt, extra, memory = _make_optimizer(optimizer)
     params = _as_params(params)
@@ -527,7 +518,7 @@ def optimize_restarts(
     Early stopping (``target``, ``patience``) looks at the best loss of the batch.  The history's
     ``loss``/``grad_norm`` are ``(iterations, restarts)``; ``restart_losses`` holds each final loss.
     """
-    steps = _max_iters(max_iters, steps)
+    steps = renamed(max_iters, steps, "optimize", "max_iters", "steps", default=500)
     _check_common(steps, patience)
     if not (isinstance(restarts, int | np.integer) and restarts >= 1):
         raise ValueError(

@@ -29,6 +29,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.warn import renamed
 from .trajopt import (
     AugmentedLagrangian,
     OCPSolution,
@@ -108,10 +109,11 @@ def _optimal_controls_bwd(lu, u_bar, perturbed, dyn, static, us, at_lo, at_hi):
 def solve_ocp_implicit(
     problem: OptimalControlProblem,
     solver=None,
-    us=None,
+    controls=None,
     *,
     max_iters: int = 100,
     progress: bool | None = None,
+    us=None,
 ) -> OCPSolution:
     """:func:`~geomjax.control.trajopt.solve_ocp`, differentiable (reverse mode: ``jax.grad``,
     ``jax.vjp``, ``jax.jacrev``) with respect to every floating array of ``problem`` by implicit
@@ -126,7 +128,8 @@ def solve_ocp_implicit(
     accurate derivatives) to a strict local minimum with strict complementarity at the active
     bounds (the active set is then locally constant).  A singular optimality system raises (via
     ``equinox.error_if``) on the backward pass instead of returning NaN.  ``progress``: as
-    :func:`~geomjax.control.trajopt.solve_ocp`'s."""
+    :func:`~geomjax.control.trajopt.solve_ocp`'s; ``controls``: the initial guess (``us``: its
+    deprecated name)."""
     if not isinstance(problem, OptimalControlProblem):
         raise ValueError(
             "solve_ocp_implicit: argument 'problem' must be an OptimalControlProblem, got "
@@ -140,7 +143,8 @@ def solve_ocp_implicit(
         )
     dyn, static = eqx.partition(problem, eqx.is_inexact_array)
     frozen = eqx.combine(jax.lax.stop_gradient(dyn), static)
-    sol = solve_ocp(frozen, solver, us, max_iters=max_iters, progress=progress)
+    controls = renamed(controls, us, "solve_ocp_implicit", "controls", "us")
+    sol = solve_ocp(frozen, solver, controls, max_iters=max_iters, progress=progress)
     u = jax.lax.stop_gradient(sol.controls)
     at_lo, at_hi = u <= frozen.lower, u >= frozen.upper
     u = _optimal_controls(dyn, static, u, at_lo, at_hi)

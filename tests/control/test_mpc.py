@@ -68,7 +68,7 @@ def closed_loop():
                 STEPS,
                 Constant(d),
                 controller=MPC(ILQR(), iterations=2),
-                us=plan.controls,
+                controls=plan.controls,
             )
         )(disturbances)
 
@@ -179,8 +179,8 @@ def test_bad_input_names_the_argument():
         run_mpc(model, steps=3, disturbance=lambda t: jnp.zeros(2))
     with pytest.raises(ValueError, match="'error'"):
         run_mpc(model, steps=3, error=lambda t, x: x.Pi)
-    with pytest.raises(ValueError, match="'us'"):
-        run_mpc(model, steps=3, us=jnp.zeros((H + 1, 3)))
+    with pytest.raises(ValueError, match="'controls'"):
+        run_mpc(model, steps=3, controls=jnp.zeros((H + 1, 3)))
     with pytest.raises(ValueError, match="'problem'"):
         run_mpc(attitude_problem(steps=4, method=SemiImplicitEuler()), steps=3)
 
@@ -238,7 +238,7 @@ def test_float32_closed_loop_matches_float64(closed_loop):
         STEPS,
         Constant(D.astype(jnp.float32)),
         controller=MPC(ILQR(), iterations=2),
-        us=plan.controls,
+        controls=plan.controls,
     )
     assert res.controls.dtype == jnp.float32
     assert not np.asarray(res.failed).any()

@@ -145,7 +145,7 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
     prob = _problem(horizon, torque_max=0.8)
     us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
     ctrl = MPC(ILQR(), iterations=iters)
-    res = run_mpc(prob, steps=2, controller=ctrl, us=us0)
+    res = run_mpc(prob, steps=2, controller=ctrl, controls=us0)
 
     def shift(us):
         return jnp.concatenate([us[1:], us[-1:]])
@@ -176,7 +176,7 @@ def test_online_mpc_steps_equal_run_mpc():
     prob = _problem(horizon, torque_max=0.8)
     us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
     ctrl = MPC(ILQR(), iterations=iters)
-    res = run_mpc(prob, steps=ticks, controller=ctrl, us=us0)
+    res = run_mpc(prob, steps=ticks, controller=ctrl, controls=us0)
     online = OnlineMPC(prob, ctrl)
     plan, x = online.init(us0), prob.state0
     for j in range(ticks):
@@ -187,5 +187,5 @@ def test_online_mpc_steps_equal_run_mpc():
     np.testing.assert_allclose(np.asarray(plan.controls), np.asarray(res.plan), atol=1e-12)
     with pytest.raises(ValueError, match="'state'"):
         online.step(plan, x.R, 0.0)
-    with pytest.raises(ValueError, match="'us'"):
+    with pytest.raises(ValueError, match="'controls'"):
         online.init(jnp.zeros((horizon + 1, 3)))

@@ -249,10 +249,18 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="'steps'"):
         OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 0, effort, control_dim=3)
     prob = OptimalControlProblem(sys_, gj.RKMK4(), x0, 0.1, 5, effort, control_dim=3)
-    with pytest.raises(ValueError, match="'us'"):
+    with pytest.raises(ValueError, match="'controls'"):
+        solve_ocp(prob, ILQR(), controls=jnp.zeros((4, 3)))
+    with pytest.raises(ValueError, match="'states'"):
+        solve_ocp(prob, ILQR(), states=jax.tree.map(lambda a: jnp.stack([a] * 3), x0))
+    # the former names still work, with a deprecation warning; both names at once is an error
+    with (
+        pytest.warns(DeprecationWarning, match="'controls'"),
+        pytest.raises(ValueError, match="'controls'"),
+    ):
         solve_ocp(prob, ILQR(), us=jnp.zeros((4, 3)))
-    with pytest.raises(ValueError, match="'xs'"):
-        solve_ocp(prob, ILQR(), xs=jax.tree.map(lambda a: jnp.stack([a] * 3), x0))
+    with pytest.raises(ValueError, match="'states' only"):
+        solve_ocp(prob, ILQR(), states=jnp.zeros(3), xs=jnp.zeros(3))
     nan_prob = OptimalControlProblem(
         sys_, gj.RKMK4(), x0, 0.1, 5, lambda t, x, u: jnp.sum(u**2) + jnp.nan, control_dim=3
     )

@@ -62,7 +62,7 @@ def _ball(mult=1):
 def ball():
     prob = _ball()
     us0 = loop_controls(prob.steps, 2.0)
-    return prob, solve_ocp(prob, _al(1e5), us=us0, max_iters=20, progress=False)
+    return prob, solve_ocp(prob, _al(1e5), controls=us0, max_iters=20, progress=False)
 
 
 @pytest.mark.long
@@ -109,7 +109,7 @@ def _spacecraft(mult=1):
 def spacecraft():
     prob = _spacecraft()
     us0 = loop_controls(prob.steps, 2.0)
-    return prob, solve_ocp(prob, _al(1e7), us=us0, max_iters=20, progress=False)
+    return prob, solve_ocp(prob, _al(1e7), controls=us0, max_iters=20, progress=False)
 
 
 @pytest.mark.slow

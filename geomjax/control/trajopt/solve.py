@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.warn import renamed
 from .loop import _Monitor, iterate
 from .problem import OptimalControlProblem
 from .solution import NONFINITE, OCPSolution
@@ -23,14 +24,14 @@ def _check_initial(problem, us, xs):
     us = jnp.asarray(us, problem.dtype)
     if us.shape != (N, m):
         raise ValueError(
-            f"solve_ocp: argument 'us' must have shape (steps, control_dim) = ({N}, {m}), "
+            f"solve_ocp: argument 'controls' must have shape (steps, control_dim) = ({N}, {m}), "
             f"got {us.shape}"
         )
     if xs is not None:
         lead = {a.shape[0] for a in jax.tree_util.tree_leaves(xs)}
         if lead != {N + 1}:
             raise ValueError(
-                f"solve_ocp: argument 'xs' must have a leading axis of steps + 1 = {N + 1}, "
+                f"solve_ocp: argument 'states' must have a leading axis of steps + 1 = {N + 1}, "
                 f"got {sorted(lead)}"
             )
     return us, xs
@@ -52,19 +53,23 @@ def _solve(problem, solver, us, xs, max_iters, monitor=False):
 def solve_ocp(
     problem: OptimalControlProblem,
     solver=None,
-    us=None,
-    xs=None,
+    controls=None,
+    states=None,
     *,
     max_iters: int = 100,
     progress: bool | None = None,
+    us=None,
+    xs=None,
 ) -> OCPSolution:
     """Solve ``problem`` with ``solver`` (:class:`DDP` by default; :class:`ILQR`,
     :class:`AugmentedLagrangian`).
 
     Arguments:
-        us: initial controls ``(steps, control_dim)`` (default zeros), clipped to the bounds.
-        xs: initial states (leading axis ``steps + 1``): a multiple-shooting start (the gaps are
-            closed by the forward passes); default: the rollout of ``us``.
+        controls: initial controls ``(steps, control_dim)`` (default zeros), clipped to the
+            bounds (``OCPSolution.controls`` of an earlier solve: a warm start).
+        states: initial states (leading axis ``steps + 1``): a multiple-shooting start (the gaps
+            are closed by the forward passes); default: the rollout of ``controls``.
+        us, xs: deprecated names of ``controls`` and ``states``.
         max_iters: iteration cap (outer iterations for :class:`AugmentedLagrangian`, whose inner
             solves have ``inner_iters`` each).
         progress: a tqdm progress bar over the iterations, started after the first one (which
@@ -96,6 +101,8 @@ def solve_ocp(
         raise ValueError(
             f"solve_ocp: argument 'max_iters' must be a positive int, got {max_iters!r}"
         )
+    us = renamed(controls, us, "solve_ocp", "controls", "us")
+    xs = renamed(states, xs, "solve_ocp", "states", "xs")
     us, xs = _check_initial(problem, us, xs)
     # the solver's float settings as arrays of the problem's dtype: traced, not static, so that
     # other tolerances or penalties reuse the compiled program (one compilation per structure)
@@ -128,6 +135,6 @@ def solve_ocp(
     if not isinstance(r, jax.core.Tracer) and np.asarray(r).shape == () and int(r) == NONFINITE:
         raise ValueError(
             "solve_ocp: the cost (argument 'stage_cost' or 'terminal_cost' of the problem) or the "
-            "dynamics returned NaN or inf at the initial guess (arguments 'us'/'xs')"
+            "dynamics returned NaN or inf at the initial guess (arguments 'controls'/'states')"
         )
     return sol
