@@ -17,6 +17,7 @@ BENCHMARKS = {
     "scale": "bench_scale.py",
     "work-precision": "bench_work_precision.py",
     "long-horizon": "bench_long_horizon.py",
+    "mpc": "bench_mpc.py",
     "adjoint": "bench_adjoint.py",
     "variational": "bench_variational.py",
     "reconstruction": "bench_reconstruction.py",
