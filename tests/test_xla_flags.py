@@ -120,25 +120,34 @@ print(json.dumps(out))
 """
 
 
-def _run_late(tmp_path, order, how, *args, **env_extra):
+def _start_late(tmp_path, order, how, *args, **env_extra):
+    """Start ``_LATE`` in a fresh interpreter (this checkout's geomjax, no setting inherited)."""
     script = tmp_path / "user_script.py"
     script.write_text(_LATE)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_GC_FREEZE")
-    }
+    drop = ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_GC_FREEZE", "GEOMJAX_NEWTON_UNROLL")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(env_extra)
     root = str(Path(__file__).resolve().parents[1])  # this checkout's geomjax
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    out = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(script), order, how, *args],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=True,
     )
-    return script, json.loads(out.stdout.strip().splitlines()[-1])
+    return script, proc
+
+
+def _finish(started):
+    script, proc = started
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return script, json.loads(out.strip().splitlines()[-1])
+
+
+def _run_late(tmp_path, order, how, *args, **env_extra):
+    return _finish(_start_late(tmp_path, order, how, *args, **env_extra))
 
 
 def test_import_changes_no_global_state_and_simulate_is_bitwise_whatever_the_order(tmp_path):
@@ -147,9 +156,9 @@ def test_import_changes_no_global_state_and_simulate_is_bitwise_whatever_the_ord
     dispatched kernels (XLA's default threshold) either way.  So ``simulate`` compiles the same
     program in both processes: the free body's 400 LGVI steps, saved every step and every
     100th, are bitwise equal (states, times, residuals), and converged."""
-    res = {
-        order: _run_late(tmp_path, order, "import", "--simulate")[1] for order in ("first", "late")
-    }
+    # the two processes side by side (each is mostly import and compilation)
+    started = {o: _start_late(tmp_path, o, "import", "--simulate") for o in ("first", "late")}
+    res = {order: _finish(p)[1] for order, p in started.items()}
     for r in res.values():
         assert r["flags_unchanged"] and r["frozen"] == 0
         assert not r["small"] and not r["in_effect"]
