@@ -202,13 +202,23 @@ def test_opt_in_applies_before_jax_computes_and_warns_after(tmp_path, order, how
     assert "before computing anything with JAX" in message and XLA_FLAG in message
 
 
-def test_configure_rejects_bad_arguments():
+def test_configure_rejects_bad_arguments(monkeypatch):
+    """Bad values name the argument; the loop setting, once in effect, cannot be switched off
+    (XLA read it when its backend started); ``None`` changes nothing."""
+    import gc
+
     import geomjax as gj
+    from geomjax._internal import xla_flags as _xla
 
     with pytest.raises(ValueError, match="'xla_small_loops'"):
         gj.configure(xla_small_loops="yes")
     with pytest.raises(ValueError, match="'gc_freeze'"):
         gj.configure(gc_freeze="on")
+    monkeypatch.setattr(_xla, "_IN_EFFECT", True)
+    with pytest.raises(ValueError, match="'xla_small_loops=False'.*cannot be undone"):
+        gj.configure(xla_small_loops=False)
+    frozen = gc.get_freeze_count() > 0
+    assert gj.configure() == {"xla_small_loops": True, "gc_freeze": frozen}
 
 
 def test_threshold_detection():

@@ -28,7 +28,8 @@ def configure(*, xla_small_loops: bool | None = None, gc_freeze: bool | None = N
             objects that exist (modules, functions, classes of jax, equinox, geomjax and yours)
             are no longer walked by the full collections that run while programs are traced.
             ``False``: :func:`gc.unfreeze`.
-        ``None`` leaves a setting as it is.
+
+    ``None`` (the default of both) leaves a setting as it is.
 
     Returns:
         ``{"xla_small_loops": bool, "gc_freeze": bool}``: whether the small-loop setting is in
