@@ -51,7 +51,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from common import double_pendulum_lagrangian, fast_mode, print_table, write_json  # noqa: E402
 
-import geomjax as gj  # noqa: E402  (imported before any computation: geomjax._internal.xla_flags)
+import geomjax as gj  # noqa: E402
 from geomjax.systems import HeavyTop  # noqa: E402
 
 LEGACY = {"xla_cpu_use_fusion_emitters": False}

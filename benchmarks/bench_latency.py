@@ -7,7 +7,8 @@ tracing, lowering and XLA compilation are all counted as a user meets them.  Row
 
 * ``import order``: the free body, LGVI, 1e5 steps (2e4 with ``--fast``), steady state (the
   second call of the compiled program), ``geomjax`` imported after a JAX computation, over the same
-  with ``geomjax`` imported first (geomjax's XLA:CPU loop setting, :mod:`geomjax._internal.xla_flags`);
+  with ``geomjax`` imported first (``import geomjax`` changes no process state, so the same
+  program: a ratio of 1 up to noise; ``bench_import_order.py`` compares the opt-in settings);
 * ``first eager ...``: the first eager ``SO3.exp`` of a 3-vector, ``RigidBody(...)``,
   ``christoffel`` and ``make_state`` of a ``LagrangianSystem``, each in a new process after
   ``import geomjax`` (the import is not counted);

@@ -1,11 +1,12 @@
-"""XLA:CPU's small-loop compilation: XLA's default threshold (1 kB) against the 16 MiB geomjax
-sets at import (:mod:`geomjax._internal.xla_flags`), on the integrators and on the bare-scan references.
+"""XLA:CPU's small-loop compilation: XLA's default threshold (1 kB, geomjax's default) against
+the 16 MiB of the opt-in setting (``GEOMJAX_XLA_FLAGS=1``, :mod:`geomjax._internal.xla_flags`), on
+the integrators and on the bare-scan references.
 
     python benchmarks/bench_xla_loops.py [--fast]     (or: geomjax bench xla-loops)
 
 The threshold is a process-wide XLA flag read when JAX creates its CPU backend, so the two
 configurations cannot share a process: the script runs itself twice as a child process
-(``GEOMJAX_XLA_FLAGS=0`` for XLA's default, then geomjax's setting), alternating the two
+(XLA's default, then ``GEOMJAX_XLA_FLAGS=1``), alternating the two
 ``rounds`` times and keeping each case's best time, so that both see the same machine load.
 Cases (float64, ns per body-step, batch 1 and 1024, compile time separately): NonholonomicVI
 on the Chaplygin sleigh and on the ball on a turntable (dt 1e-3) with the RK4 of their reduced
@@ -93,7 +94,7 @@ def child(fast):
 
 
 def _run_child(fast, default_xla):
-    extra = {"GEOMJAX_XLA_FLAGS": "0"} if default_xla else {}
+    extra = {} if default_xla else {"GEOMJAX_XLA_FLAGS": "1"}
     return run_child_json(__file__, fast, ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS"), extra)
 
 

@@ -31,7 +31,7 @@ def machine_info() -> dict:
         "machine": platform.machine(),
         "python": platform.python_version(),
         "jax": jax.__version__,
-        # geomjax sets XLA:CPU's small-loop threshold here at import (geomjax._internal.xla_flags)
+        # XLA:CPU's small-loop threshold is here when opted in (geomjax._internal.xla_flags)
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
     info.update(_backend_info(dev))

@@ -195,9 +195,9 @@ def gradient_case(steps, save, rows):
     # checkpoint=True recomputes each block in the backward pass inside another compiled loop
     # nest, where XLA:CPU contracts other multiply-adds into FMAs (see restart_case): the
     # linearization points and the backward steps are rounded differently.  (With XLA's default
-    # loop setting, GEOMJAX_XLA_FLAGS=0, every fused kernel is compiled on its own and the two
-    # gradients were bitwise equal at 2e3 and 2e4 steps, measured; geomjax's setting made them
-    # differ.)
+    # loop setting, geomjax's default, every fused kernel is compiled on its own and the two
+    # gradients were bitwise equal at 2e3 and 2e4 steps, measured; the opt-in setting,
+    # GEOMJAX_XLA_FLAGS=1, made them differ.)
     # Estimate: a relative difference of ~c eps per step (c roundings, ROUNDOFF) that the
     # adjoint carries over the n steps as a random walk (sqrt(n)), sheared linearly in time by
     # the integrable free body (factor ~ omega n h): ROUNDOFF eps omega h n^(3/2).  Measured
@@ -219,8 +219,8 @@ def gradient_case(steps, save, rows):
 def restart_case(steps, rows):
     """Save → load → continue equals the uninterrupted run bitwise (the README's guarantee).
 
-    Why the same ``save_every`` and at least two saved blocks in each part: with geomjax's XLA
-    setting (``geomjax._internal.xla_flags``) a run's loops over blocks and steps are compiled into one LLVM
+    Why the same ``save_every`` and at least two saved blocks in each part: with the opt-in XLA
+    setting (``GEOMJAX_XLA_FLAGS=1``, ``geomjax._internal.xla_flags``) a run's loops over blocks and steps are compiled into one LLVM
     kernel, and XLA:CPU always lets LLVM contract a multiply and an add into one FMA (one
     rounding instead of two) where it finds them in one basic block — which depends on the
     loops around the step: the outer loop of a run with a single block (or the inner one with
@@ -229,8 +229,9 @@ def restart_case(steps, rows):
     count and the size of the output differ), so the same roundings.  Evidence (measured, free
     body LGVI, 2e3 steps): a 1-block half differs from the 2-block run by 2.4e-15; with
     ``XLA_FLAGS=--xla_cpu_max_isa=AVX`` (no FMA instructions) every split tried (``save_every``
-    1, 10, 1000; one or two blocks) is bitwise; with ``GEOMJAX_XLA_FLAGS=0`` (a kernel per
-    fusion) too.  Neither is geomjax's default: both cost speed.
+    1, 10, 1000; one or two blocks) is bitwise; with XLA's default threshold (geomjax's default:
+    a kernel per fusion, but the inner loop of steps of ``save_every`` > 1 is one kernel there
+    too) it held in every case of ``tests/integrators/test_restart.py``.
 
     The sleigh needed one more thing: NonholonomicVI carries a Newton seed (the acceleration)
     from step to step, and the seed recomputed from the loaded state differed from the carried

@@ -10,23 +10,26 @@ and geometric phases (:mod:`geomjax.reconstruction`); control and trajectory opt
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
 
-Two things are set at import, each with a switch (the documentation's Architecture page lists
-them): a size limit of XLA:CPU's small-loop compilation in ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`:
-time loops and Newton solves compiled as single kernels; ``GEOMJAX_XLA_FLAGS=0`` turns it off),
-effective when geomjax is imported before JAX's first computation (XLA reads its flags once;
-imported later, geomjax warns); and :func:`gc.freeze` of the
-objects that exist at the end of the import (:mod:`geomjax._internal.gc_freeze`: full collections during tracing
-no longer walk them; ``GEOMJAX_GC_FREEZE=0`` turns it off).
+``import geomjax`` changes no global state of the process.  Two process settings are opt-in
+(the documentation's Architecture page lists them with their measured effects):
+``geomjax.configure(xla_small_loops=True)`` (or ``GEOMJAX_XLA_FLAGS=1``) raises XLA:CPU's
+small-loop compilation threshold in ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`: time loops
+and Newton solves compiled as single kernels; effective only before JAX's first computation),
+and ``geomjax.configure(gc_freeze=True)`` (or ``GEOMJAX_GC_FREEZE=1``, then at the end of the
+import) calls :func:`gc.freeze` (:mod:`geomjax._internal.gc_freeze`: full collections during
+tracing no longer walk the objects that exist).
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-# first: sets XLA_FLAGS at import, before anything can compute
+# first: an opt-in through the environment (GEOMJAX_XLA_FLAGS=1) sets XLA_FLAGS here, before
+# anything can compute; without it nothing is changed
 from ._internal import xla_flags as _xla_flags  # noqa: F401
 
 # isort: split
 from . import integrators, lie, systems, variational
+from ._internal.settings import configure
 from .integrators import (
     LGVI,
     RATTLE,
@@ -80,6 +83,7 @@ except _PackageNotFoundError:  # running from a source tree without installation
 # the one export list, grouped by concept
 __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "__version__",
+    "configure",
     # subpackages
     "control",
     "integrators",
@@ -258,7 +262,8 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-# last: everything imported so far lives as long as the process (geomjax._internal.gc_freeze)
+# last: with GEOMJAX_GC_FREEZE=1 only, everything imported so far leaves the cyclic collector's
+# scans (geomjax._internal.gc_freeze); without it nothing is changed
 from ._internal import gc_freeze as _gc_freeze  # noqa: E402 (last, by design)
 
 _gc_freeze.freeze_import_time_objects()

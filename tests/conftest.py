@@ -1,7 +1,19 @@
 """Test configuration: float64 everywhere (tests that check float32 cast explicitly), a
-deterministic hypothesis profile, and the fast/full switch for long-horizon tests."""
+deterministic hypothesis profile, the fast/full switch for long-horizon tests, and the opt-in
+XLA:CPU loop setting.
+
+The suite opts in to geomjax's small-loop setting (``GEOMJAX_XLA_FLAGS=1``, read at ``import
+geomjax``, before any computation; ``geomjax._internal.xla_flags``), as it ran when the setting
+was applied at import: without it the simulation-heavy tests run slower (measured, loaded 2-core
+CPU: ``test_restart.py`` and ``test_rigid_body.py`` 66 s opted in, 97 s without) and the
+default tier must stay under its time budget.  ``GEOMJAX_XLA_FLAGS=0 make test`` runs the suite
+with geomjax's defaults (XLA's own threshold); ``tests/test_xla_flags.py`` checks the defaults
+in fresh processes either way."""
 
 import os
+
+# before geomjax is imported anywhere (test modules are imported after this file)
+os.environ.setdefault("GEOMJAX_XLA_FLAGS", "1")
 
 import jax
 

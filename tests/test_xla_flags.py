@@ -1,5 +1,8 @@
-"""geomjax._internal.xla_flags: the XLA:CPU small-loop threshold set at import (XLA_FLAGS), its opt-outs, and
-that it takes effect (loops compiled as single kernels) with results equal to round-off."""
+"""geomjax's process settings (geomjax._internal.xla_flags, gc_freeze, ``geomjax.configure``):
+``import geomjax`` changes no global state; the XLA:CPU small-loop threshold (XLA_FLAGS) and
+``gc.freeze`` apply only when opted in, the former takes effect (loops compiled as single
+kernels) with results equal to round-off, and ``simulate`` gives bitwise the same results
+whatever the import order."""
 
 import json
 import os
@@ -68,77 +71,154 @@ def _probe(**env):
 
 @pytest.mark.long
 def test_the_flag_takes_effect_and_leaves_results_to_round_off():
-    """In a fresh process, ``import geomjax`` before any computation compiles a loop of ~16 kB
-    into one kernel (XLA marks it ``xla_cpu_small_call``); with ``GEOMJAX_XLA_FLAGS=0`` it stays
-    a loop of separately dispatched kernels.  100 steps of NonholonomicVI on the ball on a
-    turntable agree to round-off between the two (observed 1.6e-15, asserted 1e-12)."""
-    on = _probe()
-    off = _probe(GEOMJAX_XLA_FLAGS="0")
+    """In a fresh process opted in (``GEOMJAX_XLA_FLAGS=1``, read at ``import geomjax`` before
+    any computation) a loop of ~16 kB compiles into one kernel (XLA marks it
+    ``xla_cpu_small_call``); by default it stays a loop of separately dispatched kernels.  100
+    steps of NonholonomicVI on the ball on a turntable agree to round-off between the two
+    (observed 1.6e-15, asserted 1e-12)."""
+    on = _probe(GEOMJAX_XLA_FLAGS="1")
+    off = _probe()
     assert on["small"] and not off["small"]
     diff = max(abs(a - b) for a, b in zip(on["state"], off["state"]))
     assert diff <= 1e-12, diff
 
 
-_GC_PROBE = "import gc, geomjax; print(gc.get_freeze_count())"
-
-
-@pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False), ("off", False)])
-def test_import_freezes_the_objects_it_leaves_unless_opted_out(setting, frozen):
-    """geomjax._internal.gc_freeze: ``import geomjax`` ends with ``gc.freeze()`` (the import-time objects leave
-    the cyclic collector's scans); ``GEOMJAX_GC_FREEZE=0`` turns it off."""
-    env = {k: v for k, v in os.environ.items() if k != "GEOMJAX_GC_FREEZE"}
-    if setting is not None:
-        env["GEOMJAX_GC_FREEZE"] = setting
-    out = subprocess.run(
-        [sys.executable, "-c", _GC_PROBE], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    count = int(out.stdout.split()[-1])
-    # jax, numpy, equinox and geomjax leave far more than 10^4 objects
-    assert (count > 10_000) if frozen else (count == 0)
-
-
 _LATE = r"""
-import json, sys, warnings
+import gc, json, os, sys, warnings
 import jax
+jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
-if sys.argv[1] == "late":
+order, how = sys.argv[1], sys.argv[2]
+flags = os.environ.get("XLA_FLAGS")
+if order == "late":
     jnp.ones(3).sum().block_until_ready()  # JAX's backend starts before import geomjax
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    import geomjax
+    import geomjax as gj
+    if how == "configure":
+        gj.configure(xla_small_loops=True, gc_freeze=True)
+from geomjax._internal.xla_flags import small_loops_in_effect
 x = jnp.linspace(0.0, 1.0, 2000)
 loop = jax.jit(lambda x: jax.lax.fori_loop(0, 10, lambda i, y: jnp.sin(y) * 1.01 + x, x))
-print(json.dumps({
+out = {
     "small": "xla_cpu_small_call" in loop.lower(x).compile().as_text(),
+    "in_effect": small_loops_in_effect(),
+    "flags_unchanged": os.environ.get("XLA_FLAGS") == flags,
+    "frozen": gc.get_freeze_count(),
     "warnings": [[str(w.message), w.filename, w.category.__name__] for w in caught],
-}))
+}
+if "--simulate" in sys.argv:  # the free body, saved every step and every 100th
+    body = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
+    s0 = gj.RigidBodyState(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])), jnp.array([0.8, -0.3, 1.1]))
+    for every in (1, 100):
+        sol = gj.simulate(body, gj.LGVI(), s0, 0.01, 400, save_every=every)
+        out[f"every{every}"] = {
+            "R": sol.states.R.ravel().tolist(), "Pi": sol.states.Pi.ravel().tolist(),
+            "ts": sol.ts.tolist(), "residual": sol.stats["residual"].tolist(),
+        }
+print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("order", ["late", "first"])
-def test_import_after_jax_computation_warns_with_cause_and_fix(tmp_path, order):
-    """XLA reads XLA_FLAGS once, when its backend starts: imported after JAX's first computation,
-    geomjax cannot apply the setting (the ~16 kB loop stays a loop), and says so at the user's
-    import line, with the fix.  Imported first: the setting applies and nothing is said."""
+def _start_late(tmp_path, order, how, *args, **env_extra):
+    """Start ``_LATE`` in a fresh interpreter (this checkout's geomjax, no setting inherited)."""
     script = tmp_path / "user_script.py"
     script.write_text(_LATE)
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS")}
+    drop = ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_GC_FREEZE", "GEOMJAX_NEWTON_UNROLL")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_extra)
     root = str(Path(__file__).resolve().parents[1])  # this checkout's geomjax
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    out = subprocess.run(
-        [sys.executable, str(script), order], env=env, capture_output=True, text=True, check=True
+    proc = subprocess.Popen(
+        [sys.executable, str(script), order, how, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    return script, proc
+
+
+def _finish(started):
+    script, proc = started
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return script, json.loads(out.strip().splitlines()[-1])
+
+
+def _run_late(tmp_path, order, how, *args, **env_extra):
+    return _finish(_start_late(tmp_path, order, how, *args, **env_extra))
+
+
+def test_import_changes_no_global_state_and_simulate_is_bitwise_whatever_the_order(tmp_path):
+    """By default ``import geomjax`` leaves ``XLA_FLAGS`` and the garbage collector alone and
+    says nothing, whether JAX computed before or not: the ~16 kB loop stays a loop of separately
+    dispatched kernels (XLA's default threshold) either way.  So ``simulate`` compiles the same
+    program in both processes: the free body's 400 LGVI steps, saved every step and every
+    100th, are bitwise equal (states, times, residuals), and converged."""
+    # the two processes side by side (each is mostly import and compilation)
+    started = {o: _start_late(tmp_path, o, "import", "--simulate") for o in ("first", "late")}
+    res = {order: _finish(p)[1] for order, p in started.items()}
+    for r in res.values():
+        assert r["flags_unchanged"] and r["frozen"] == 0
+        assert not r["small"] and not r["in_effect"]
+        assert not [w for w in r["warnings"] if "XLA_FLAGS" in w[0]], r["warnings"]
+    for every in ("every1", "every100"):
+        first, late = res["first"][every], res["late"][every]
+        assert len(first["ts"]) == 400 // int(every[5:]) + 1
+        for key in ("R", "Pi", "ts", "residual"):
+            assert first[key] == late[key], (every, key)  # bitwise (floats round-trip in JSON)
+        assert max(first["residual"]) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "order, how",
+    [
+        ("first", "env"),
+        pytest.param("first", "configure", marks=pytest.mark.long),
+        pytest.param("late", "env", marks=pytest.mark.long),
+        ("late", "configure"),
+    ],
+)
+def test_opt_in_applies_before_jax_computes_and_warns_after(tmp_path, order, how):
+    """The opt-in (``GEOMJAX_XLA_FLAGS=1`` and ``GEOMJAX_GC_FREEZE=1`` read at import, or
+    ``geomjax.configure(xla_small_loops=True, gc_freeze=True)``): before JAX's first computation
+    the loop setting applies (the ~16 kB loop is one kernel) and nothing is said; after it, XLA
+    (which reads XLA_FLAGS once, when its backend starts) cannot apply it, and the user's line
+    gets a warning with the cause and the fix.  The freeze applies either way."""
+    extra = {"GEOMJAX_XLA_FLAGS": "1", "GEOMJAX_GC_FREEZE": "1"} if how == "env" else {}
+    script, res = _run_late(
+        tmp_path, order, "configure" if how == "configure" else "import", **extra
+    )
     ours = [w for w in res["warnings"] if "XLA_FLAGS" in w[0]]
+    assert res["frozen"] > 10_000  # jax, numpy, equinox and geomjax: far more than 10^4 objects
     if order == "first":
-        assert res["small"] and not ours
+        assert res["small"] and res["in_effect"] and not ours
         return
-    assert not res["small"]  # the cause: the flag could not apply
+    assert not res["small"] and not res["in_effect"]  # the cause: the flag could not apply
     assert len(ours) == 1, res["warnings"]
     message, filename, category = ours[0]
     assert filename == str(script) and category == "RuntimeWarning"
-    assert "import geomjax before" in message and XLA_FLAG in message
+    assert "before computing anything with JAX" in message and XLA_FLAG in message
+
+
+def test_configure_rejects_bad_arguments(monkeypatch):
+    """Bad values name the argument; the loop setting, once in effect, cannot be switched off
+    (XLA read it when its backend started); ``None`` changes nothing."""
+    import gc
+
+    import geomjax as gj
+    from geomjax._internal import xla_flags as _xla
+
+    with pytest.raises(ValueError, match="'xla_small_loops'"):
+        gj.configure(xla_small_loops="yes")
+    with pytest.raises(ValueError, match="'gc_freeze'"):
+        gj.configure(gc_freeze="on")
+    monkeypatch.setattr(_xla, "_IN_EFFECT", True)
+    with pytest.raises(ValueError, match="'xla_small_loops=False'.*cannot be undone"):
+        gj.configure(xla_small_loops=False)
+    frozen = gc.get_freeze_count() > 0
+    assert gj.configure() == {"xla_small_loops": True, "gc_freeze": frozen}
 
 
 def test_threshold_detection():
@@ -206,16 +286,18 @@ print(json.dumps({"in_effect": small_loops_in_effect(),
 
 
 @pytest.mark.long
-def test_simulate_late_and_early_import_agree(tmp_path):
-    """The free body's ``simulate`` (LGVI, 2000 steps) in a process where geomjax is imported
-    first (the small-loop setting applies: the rolled Newton loop) and in one where JAX computed
-    first (it cannot: the unrolled iterations).  Different programs, so equal to round-off, not
+def test_simulate_opted_in_early_and_late_agree(tmp_path):
+    """The free body's ``simulate`` (LGVI, 2000 steps) in processes opted in to the small-loop
+    setting (``GEOMJAX_XLA_FLAGS=1``): where geomjax is imported first the setting applies (the
+    rolled Newton loop, loops compiled as single kernels); where JAX computed first it cannot
+    (XLA's defaults: the unrolled iterations).  Different programs, so equal to round-off, not
     bitwise (observed ~1e-15; asserted 1e-12), both converged; each process reports whether the
     setting is in effect."""
     script = tmp_path / "order.py"
     script.write_text(_ORDER)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS")}
     env.pop("GEOMJAX_NEWTON_UNROLL", None)
+    env["GEOMJAX_XLA_FLAGS"] = "1"
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     res = {}

@@ -4,8 +4,9 @@
 - :mod:`.host_eval`, :mod:`.eager` — the eager tier: host evaluation of first calls, then quick
   compilation without XLA's backend optimizations.
 - :mod:`.dependence` — which inputs a function's jaxpr depends on.
-- :mod:`.xla_flags` — XLA:CPU's small-loop threshold in ``XLA_FLAGS``.
-- :mod:`.gc_freeze` — ``gc.freeze()`` of the objects that exist at the end of ``import geomjax``.
+- :mod:`.xla_flags` — XLA:CPU's small-loop threshold in ``XLA_FLAGS`` (opt-in).
+- :mod:`.gc_freeze` — ``gc.freeze()`` of the objects that exist (opt-in).
+- :mod:`.settings` — ``geomjax.configure``, the opt-in to both.
 - :mod:`.warn` — warnings attributed to the caller's line, outside the package.
 
 Nothing here is imported at package import except what :mod:`geomjax` itself needs; importing this

@@ -1,5 +1,5 @@
-"""At import, geomjax takes the objects that already exist out of the cyclic garbage collector's
-scans (:func:`gc.freeze`).
+"""Opt-in: take the objects that exist now out of the cyclic garbage collector's scans
+(:func:`gc.freeze`).
 
 Tracing and lowering a program allocate hundreds of thousands of small Python objects (jaxpr
 variables, equations, MLIR values), so CPython runs full (generation-2) collections during a
@@ -9,11 +9,14 @@ long as the process.  Frozen, they are no longer walked (they stay alive and are
 reference counting; only cyclic garbage among them would no longer be collected — module-level
 objects never are anyway).
 
+**Off by default** (``import geomjax`` changes no process state): call
+``geomjax.configure(gc_freeze=True)`` after your imports, or put ``GEOMJAX_GC_FREEZE=1`` in
+the environment (then ``import geomjax`` freezes at its end).  ``gc.unfreeze()`` undoes it.
+
 Measured (2-core x86-64 CPU, float64, fresh processes): the ball on a turntable's first jitted
 2000-step ``simulate`` traces and lowers in 0.58 s instead of 0.72 s (XLA's own compile, ~0.85
-s, is not Python); ``geomjax demo --fast`` 82 → 73 s.
-
-``GEOMJAX_GC_FREEZE=0`` in the environment turns it off (``gc.unfreeze()`` undoes it).
+s, is not Python); ``geomjax demo --fast`` 82 → 73 s.  The import-order benchmark
+(``benchmarks/bench_import_order.py``) reports the compile times with and without it.
 """
 
 from __future__ import annotations
@@ -21,14 +24,26 @@ from __future__ import annotations
 import gc
 import os
 
-__all__ = ["freeze_import_time_objects"]
+__all__ = ["freeze_import_time_objects", "freeze_now", "opted_in"]
+
+_ON = ("1", "true", "yes", "on")
+
+
+def opted_in(environ=None) -> bool:
+    """Whether ``GEOMJAX_GC_FREEZE`` asks for the freeze at import (``1``/``true``/``yes``/``on``)."""
+    env = os.environ if environ is None else environ
+    return env.get("GEOMJAX_GC_FREEZE", "").strip().lower() in _ON
+
+
+def freeze_now() -> None:
+    """:func:`gc.freeze` (``geomjax.configure(gc_freeze=True)``)."""
+    gc.freeze()
 
 
 def freeze_import_time_objects(environ=None) -> bool:
-    """:func:`gc.freeze` unless ``GEOMJAX_GC_FREEZE`` is ``0``/``false``/``no``/``off``; returns
-    whether it froze."""
-    env = os.environ if environ is None else environ
-    if env.get("GEOMJAX_GC_FREEZE", "1").strip().lower() in ("0", "false", "no", "off"):
+    """At the end of ``import geomjax``: :func:`gc.freeze` if ``GEOMJAX_GC_FREEZE`` opts in
+    (:func:`opted_in`); returns whether it froze."""
+    if not opted_in(environ):
         return False
-    gc.freeze()
+    freeze_now()
     return True

@@ -131,8 +131,8 @@ def _unroll_iterations() -> bool:
 def _unroll_scalar_iterations(x) -> bool:
     """Unroll a scalar iteration (the SO(3) kernel's Newton solve) here?  As
     :func:`_unroll_iterations`, and on CPU also when XLA's small-loop setting is not in effect
-    in this process (:func:`geomjax._internal.xla_flags.small_loops_in_effect`: geomjax imported after JAX's
-    first computation, or opted out) and ``x`` is one unbatched scalar: a rolled loop is then
+    in this process (:func:`geomjax._internal.xla_flags.small_loops_in_effect`: the default, unless
+    opted in before JAX's first computation) and ``x`` is one unbatched scalar: a rolled loop is then
     a ``while`` of separately dispatched kernels inside every step, which costs more than the
     iterations' few dozen flops (the free body's LGVI, 1e5 steps saved every 100th, 2-core
     CPU, no setting: 27-29 ms rolled, 8-15 ms unrolled; with the setting 6 ms rolled).  Batched

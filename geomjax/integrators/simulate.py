@@ -401,8 +401,9 @@ def simulate(
     bitwise (time is accumulated in the carry, the implicit solves start from the state alone:
     a carry holding more, NonholonomicVI's Newton seed, is rebuilt from the state at every saved
     block, ``AbstractMethod.carry_beyond_state``) when both use the same ``save_every`` and
-    save at least two blocks each: the run's loops are compiled into one kernel
-    (geomjax's loop setting, see *Sharp bits* in the documentation) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
+    save at least two blocks each: a run's loops can be compiled into one kernel
+    (always with the opt-in loop setting, see *Sharp bits* in the documentation; the inner loop
+    of steps by default) in which XLA:CPU lets LLVM contract multiply–adds into FMAs according
     to the loops around the step, and XLA removes the loop over blocks of a one-block run (the
     loop over steps when ``save_every=1``), so runs compiled with another loop nest agree to
     round-off only.
@@ -634,9 +635,9 @@ def _control_chunk(blocks, save_every: int) -> int:
     small ``(chunk, dim)`` array per chunk and leaves the per-step slices small (measured 0.37
     µs/step for chunks of 4–16 steps, ≤ 384 bytes; 1.4 µs again from ~1 kB).  The steps and
     their arithmetic are unchanged (bitwise the same results).  (The ~1 kB is most likely XLA's
-    default threshold for compiling a small loop into one kernel, which :mod:`geomjax._internal.xla_flags`
-    raises to 16 MiB at import; whether the chunking still pays with that setting was not
-    re-measured.)"""
+    default threshold for compiling a small loop into one kernel, which the opt-in setting of
+    :mod:`geomjax._internal.xla_flags` raises to 16 MiB; whether the chunking still pays with that
+    setting was not re-measured.)"""
     if blocks is None:
         return 1
     per_step = sum(
