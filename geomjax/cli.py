@@ -83,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "demo":
+        # an application, not a library: the showcase opts in to the process settings (XLA:CPU's
+        # small-loop compilation, before anything computes; see geomjax.configure)
+        from . import configure
         from .demo import run_demo
+
+        configure(xla_small_loops=True)
 
         fast = args.fast or os.environ.get("GEOMJAX_FAST", "0") == "1"
         return run_demo(Path(args.out), fast=fast, sections=args.section)
