@@ -210,7 +210,7 @@ def test_diagnostics_eagerly_under_jit_and_under_eager_grad_agree_with_the_close
     R = jax.vmap(gj.SO3.exp)(jnp.asarray(rng.normal(size=(6, 3))))
     Pi = rng.normal(size=(6, 3))
     sol = gj.Solution(
-        ts=jnp.linspace(0.0, 0.5, 6), states=gj.RigidBodyState(R, jnp.asarray(Pi)), stats={}
+        times=jnp.linspace(0.0, 0.5, 6), states=gj.RigidBodyState(R, jnp.asarray(Pi)), stats={}
     )
     eager, names = _compiled_names(lambda: gj.diagnostics(body, sol))
     assert len(names) <= 1  # one program (none if this process compiled it already)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
-from .._internal.warn import warn
+from .._internal.warn import renamed, warn
 from ._so3_soa import batch_last_carry
 from .base import AbstractAdjoint, AbstractMethod
 
@@ -49,6 +49,13 @@ class Solution(eqx.Module):
     # compilations, forward and transposed, ~0.2 s in the README's gradient example)
     _final_state: object = None
     method_state: object = None
+
+    def __init__(
+        self, times=None, states=None, stats=None, _final_state=None, method_state=None, *, ts=None
+    ):
+        self.times = renamed(times, ts, "Solution", "times", "ts")
+        self.states, self.stats = states, {} if stats is None else stats
+        self._final_state, self.method_state = _final_state, method_state
 
     @property
     def ts(self) -> jax.Array:
