@@ -512,8 +512,15 @@ def fit_parameters(
     Arguments:
         system: a geomjax system on a Lie group (:class:`~geomjax.RigidBody`,
             :class:`~geomjax.RigidBodySE3`, :class:`~geomjax.EulerPoincareSystem`, a learned
-            model of :mod:`geomjax.learn`) holding the initial guess.
-        data: a :class:`Trajectory` or a sequence of them (lengths may differ).
+            model of :mod:`geomjax.learn`) holding the initial guess; or a *parametric model*,
+            any module with ``dynamics() -> (system, method)`` built from its leaves (one mass
+            used by the inertia and by gravity, a thrust map in an
+            :class:`~geomjax.control.trajopt.Actuated` method: see
+            :class:`geomjax.learn.problems.QuadrotorModel`); ``where`` then selects its leaves
+            and ``method`` must be None.
+        data: a :class:`Trajectory` or a sequence of them (lengths may differ); their
+            ``controls`` are body forces ``(N − 1, dim)``, or actuator commands ``(N − 1, k)``
+            (the same ``k`` in every record) when the method maps them (``Actuated``).
         where: ``system -> leaf`` or a tuple of leaves, as in :func:`equinox.tree_at`, e.g.
             ``lambda s: (s.inertia, s.potential.rho)``.
         kinds: per selected leaf ``"spd"`` (log-Cholesky), ``"positive"`` (log) or ``"free"``;
@@ -542,6 +549,13 @@ def fit_parameters(
 
     Returns:
         :class:`FitResult`; ``result.check()`` raises unless the fit converged with full rank.
+
+    The Levenberg–Marquardt loop is compiled once per problem *structure* (the model's
+    structure, the fitted leaves' positions, kinds and shapes, the method, the records' lengths
+    and grouping, ``substeps``, ``segment_length``, ``rtol``/``atol``): the data, the initial
+    guess, the noise levels and ``max_steps`` are traced arguments, and ``where`` is resolved to
+    leaf positions, so a new fit of the same structure (other records, another ``where``
+    lambda) reuses the compiled program.
     """
     import optimistix as optx
 

@@ -83,8 +83,8 @@ class QuadrotorModel(eqx.Module):
     What motions determine: with the thrusts known in newtons (a test stand), the mass is fixed
     by gravity; the rotation ``J Ω̇ = JΩ × Ω + τ`` is unchanged when ``J`` and the torque map
     scale together, so one torque scale must be known — here the arm length ``d`` (measured); the
-    inertia ``J`` (full SPD) and ``k`` are then identifiable.  Fitting ``d`` with ``J`` is
-    reported rank-deficient by :func:`~geomjax.learn.fit_parameters`.
+    inertia ``J`` (full SPD) and ``k`` are then identifiable.  Fitting ``d`` with ``J`` and ``k``
+    is reported rank-deficient by :func:`~geomjax.learn.fit_parameters`.
 
     Arguments:
         mass: kg.  inertia: ``(3, 3)`` SPD inertia about the centre of mass (the body origin).
