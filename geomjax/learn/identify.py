@@ -324,12 +324,19 @@ def _problem(
             f"{who}: argument 'data' must give controls of one width in every record, got "
             f"widths {sorted(widths)}"
         )
-    m_u = widths.pop() if widths else G.dim
-    if m_u != G.dim and not hasattr(method_r, "method"):
+    # an actuation matrix (Actuated(method, B)) takes commands of width B.shape[1]
+    B = getattr(method_r, "matrix", None) if hasattr(method_r, "method") else None
+    want = G.dim if B is None else int(np.shape(B)[1])
+    m_u = widths.pop() if widths else want
+    if m_u != want:
         raise ValueError(
-            f"{who}: argument 'data' has controls of width {m_u} but the method takes body "
-            f"forces of width {G.dim}: pass a method that maps them (e.g. "
-            "geomjax.control.trajopt.Actuated(LGVI(), B)) or a parametric model"
+            f"{who}: argument 'data' has controls of width {m_u} but the method takes "
+            + (
+                f"body forces of width {G.dim}: pass a method that maps them (e.g. "
+                "geomjax.control.trajopt.Actuated(LGVI(), B)) or a parametric model"
+                if B is None
+                else f"actuator commands of width {want} (its matrix is {tuple(np.shape(B))})"
+            )
         )
     if not (isinstance(substeps, int) and substeps >= 1):
         raise ValueError(f"{who}: argument 'substeps' must be a positive int, got {substeps!r}")

@@ -164,6 +164,15 @@ def test_bad_model_arguments_named():
         fit_parameters(guess(), data, WHERE, method=gj.LGVI())
     with pytest.raises(ValueError, match=r"controls of width 4 but the method takes body forces"):
         fit_parameters(truth().system(), data, lambda s: s.inertia)
+    from geomjax.control.trajopt import Actuated
+
+    with pytest.raises(ValueError, match=r"takes actuator commands of width 3 .*\(6, 3\)"):
+        fit_parameters(
+            truth().system(),
+            data,
+            lambda s: s.inertia,
+            method=Actuated(gj.LGVI(), jnp.ones((6, 3))),
+        )
     with pytest.raises(ValueError, match=r"argument 'inertia' must have shape \(3, 3\)"):
         QuadrotorModel(1.0, np.ones(3), 0.01, 0.15)
     with pytest.raises(ValueError, match=r"argument 'where' must select floating arrays"):
