@@ -47,7 +47,7 @@ def identified():
 def test_quadrotor_mass_inertia_and_thrust_map_recovered(identified):
     m, J, k = (np.asarray(v) for v in identified.values)
     assert identified.names == (".mass", ".inertia", ".moment_coefficient")
-    # observed (shared machine, seed 0): 1e-7, 2.4e-3, 1.2e-2
+    # observed with these records: 1e-7, 2.4e-3, 1.2e-2
     assert abs(m - T["mass"]) < 5e-3 * T["mass"]
     assert np.linalg.norm(J - T["inertia"]) < 0.02 * np.linalg.norm(T["inertia"])
     assert abs(k - T["moment_coefficient"]) < 0.05 * T["moment_coefficient"]
