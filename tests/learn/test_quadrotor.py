@@ -136,7 +136,7 @@ def test_quadrotor_model_is_the_control_example():
     with pytest.raises(ValueError, match=r"argument 'actuation' must have shape \(6, 4\)"):
         quadrotor_problem(actuation=np.ones((6, 3)))
     with pytest.raises(ValueError, match=r"argument 'system' must be a RigidBodySE3"):
-        quadrotor_problem(system=gj.RigidBody([1.0, 1.0, 1.0]))
+        quadrotor_problem(system=gj.RigidBody(np.ones(3)))
 
 
 @pytest.mark.parametrize(
