@@ -19,6 +19,7 @@ from .baselines import NeuralODE, fit_neural_ode
 from .data import Trajectory
 from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_leaves
 from .models import (
+    InputMapped,
     NeuralDissipation,
     NeuralInertia,
     NeuralInputMap,
@@ -31,6 +32,7 @@ from .parameterize import from_unconstrained, to_unconstrained
 __all__ = [
     "FitError",
     "FitResult",
+    "InputMapped",
     "NeuralDissipation",
     "NeuralInertia",
     "NeuralInputMap",

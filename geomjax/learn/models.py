@@ -25,10 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..integrators.base import AbstractMethod
 from ..lie import SE3, SO3, LieGroup
 from .identify import fitting_loss
 
 __all__ = [
+    "InputMapped",
     "NeuralDissipation",
     "NeuralInertia",
     "NeuralInputMap",
@@ -318,6 +320,33 @@ class NeuralInputMap(eqx.Module):
         if u is None:
             return jnp.zeros((self.n,), q.dtype)
         return self.matrix(q) @ u
+
+
+class InputMapped(AbstractMethod):
+    """``method`` driven through a configuration-dependent input map: the body force of a step
+    is ``B(g_k) u`` for the command ``u`` ``(m,)``, ``B(g) = input_map.matrix(g)`` ``(dim, m)``
+    evaluated at the step's initial configuration and held over the step (e.g. a
+    :class:`NeuralInputMap` of the pose's entries: a learned rotor-to-wrench map that changes
+    with the attitude).  The configuration-dependent counterpart of
+    :class:`~geomjax.control.trajopt.Actuated`; :func:`~geomjax.control.trajopt.solve_ocp`
+    and the adjoints take it like any method.  (``simulate`` checks controls against the
+    system's body-force width, so it does not accept commands of another width yet.)"""
+
+    method: AbstractMethod
+    input_map: eqx.Module
+
+    @property
+    def order(self):
+        return self.method.order
+
+    def supports(self, system) -> bool:
+        return self.method.supports(system)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        if control is None:
+            return self.method.step(system, state, dt, None, t)
+        g, _ = system.split(state)
+        return self.method.step(system, state, dt, self.input_map.matrix(g) @ control, t)
 
 
 def neural_leaves(system):

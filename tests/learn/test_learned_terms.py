@@ -172,3 +172,67 @@ def test_solve_ocp_on_a_system_with_learned_terms():
     assert errs[2] < 0.02
     # the swing-up happened (the pole upright within the penalty's slack)
     assert abs(float(sol.states.q[-1, 1]) - np.pi) < 0.1
+
+
+def pose_features(g):
+    return jnp.concatenate([g[:3, :3].reshape(-1), g[:3, 3]])
+
+
+def learned_thrust_map(size=0.02):
+    from geomjax.control.examples import quadrotor_actuation
+
+    B = NeuralInputMap(6, 4, jax.random.PRNGKey(2), n_in=12, features=pose_features)
+    B = eqx.tree_at(lambda b: b.prior, B, quadrotor_actuation())
+    return trained_like(B, 6, size)
+
+
+def test_input_mapped_step_is_the_method_with_the_mapped_force():
+    from geomjax.learn import InputMapped
+    from geomjax.learn.problems import QUADROTOR_TRUTH as T
+    from geomjax.learn.problems import QuadrotorModel
+
+    q = QuadrotorModel(T["mass"], T["inertia"], T["moment_coefficient"], T["arm"])
+    system = q.system()
+    s0 = system.state_from_velocity(
+        gj.SE3.exp(jnp.array([0.3, -0.2, 0.1, 0.5, 0.0, 1.0])), jnp.linspace(-0.5, 0.5, 6)
+    )
+    u = jnp.array([3.0, 4.0, 3.5, 4.5])
+    step = eqx.filter_jit(lambda m, s, u: m.step(system, s, 0.02, u)[0])
+    # a network at its prior is the constant thrust map (Actuated's)
+    at_prior = learned_thrust_map(0.0)
+    np.testing.assert_allclose(at_prior.matrix(s0.g), at_prior.prior, rtol=0, atol=0)
+    # a trained one: the force is B(g₀)u, B evaluated at the step's start
+    Bn = learned_thrust_map()
+    wrench = Bn.matrix(s0.g) @ u
+    assert float(jnp.max(jnp.abs(wrench - at_prior.prior @ u))) > 1e-3  # the network matters
+    # (an explicit method: the wrapping does not depend on it, and it compiles quickly)
+    a = step(InputMapped(gj.RKMK4(), Bn), s0, u)
+    b = eqx.filter_jit(lambda s, w: gj.RKMK4().step(system, s, 0.02, w)[0])(s0, wrench)
+    np.testing.assert_allclose(a.mu, b.mu, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(a.g, b.g, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.long
+def test_solve_ocp_through_a_learned_thrust_map():
+    """crocoddyl's quadrotor task through a learned, attitude-dependent thrust map: DDP converges,
+    its shooting cost is stationary (central differences) and the plan reaches the target."""
+    from geomjax.control.examples import quadrotor_problem
+    from geomjax.control.trajopt import solve_ocp
+    from geomjax.learn import InputMapped
+
+    prob = quadrotor_problem(method=gj.LGVI())
+    prob = eqx.tree_at(lambda p: p.method, prob, InputMapped(gj.LGVI(), learned_thrust_map()))
+    sol = solve_ocp(prob, progress=False).check()
+    us = sol.controls
+    J = jax.jit(lambda u: prob.cost(prob.rollout(u), u))
+    rng = np.random.default_rng(1)
+    eps = 1e-5
+    for _ in range(3):
+        d = jnp.asarray(rng.standard_normal(us.shape))
+        slope = (J(us + eps * d) - J(us - eps * d)) / (2 * eps)
+        slope0 = (J(us * 0.5 + eps * d) - J(us * 0.5 - eps * d)) / (2 * eps)
+        assert abs(float(slope)) < 1e-4 * max(abs(float(slope0)), 1.0)
+    # the rollout of the controls is the solver's trajectory, and it ends at the target
+    xs = prob.rollout(us)
+    np.testing.assert_allclose(xs.g[-1], sol.states.g[-1], atol=1e-10)
+    assert float(jnp.linalg.norm(sol.states.g[-1, :3, 3] - jnp.array([1.0, 0.0, 1.0]))) < 1e-2
