@@ -221,8 +221,10 @@ def test_solve_ocp_through_a_learned_thrust_map():
     from geomjax.learn import InputMapped
 
     prob = quadrotor_problem(method=gj.LGVI())
-    prob = eqx.tree_at(lambda p: p.method, prob, InputMapped(gj.LGVI(), learned_thrust_map()))
-    sol = solve_ocp(prob, progress=False).check()
+    # (corrections up to 0.04 in the map's entries, which are 0.15 (arm), 0.015 (yaw) and 1)
+    B = learned_thrust_map(0.005)
+    prob = eqx.tree_at(lambda p: p.method, prob, InputMapped(gj.LGVI(), B))
+    sol = solve_ocp(prob, max_iters=300, progress=False).check()
     us = sol.controls
     J = jax.jit(lambda u: prob.cost(prob.rollout(u), u))
     rng = np.random.default_rng(1)
