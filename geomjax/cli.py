@@ -30,6 +30,7 @@ BENCHMARKS = {
     "import-order": "bench_import_order.py",
     "float32": "bench_float32.py",
     "learn": "bench_learn.py",
+    "learn-quadrotor": "bench_learn_quadrotor.py",
 }
 #: other names of a benchmark (not run twice by ``all``): ``geomjax bench gpu`` is the scale suite
 #: (its batch sizes follow the backend: GPU-sized on an accelerator, scaled down on a CPU)

@@ -219,6 +219,13 @@ def check_learning(ns):
     # loss ½Σr² in noise units is below the number of residuals (≈ half of it at the optimum)
     assert float(jnp.max(ns["gj"].SO3.defect(ns["sol"].states.R))) < 1e-12
     assert ns["losses"][-1] < sum(6 * d.num_samples for d in ns["data"])
+    # the quadrotor: mass, inertia and thrust map against the values its flights were made with,
+    # and the plan on the learned model flown on the true dynamics (DOP853) reaches the target
+    T = ns["T"]
+    assert abs(float(ns["m_fit"]) - T["mass"]) < 5e-3 * T["mass"]
+    assert np.linalg.norm(ns["J_fit"] - T["inertia"]) < 0.02 * np.linalg.norm(T["inertia"])
+    assert abs(float(ns["k_fit"]) - T["moment_coefficient"]) < 0.05 * T["moment_coefficient"]
+    assert ns["miss"] < 0.02
 
 
 def check_base_controlled(ns):

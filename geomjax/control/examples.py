@@ -605,7 +605,15 @@ class _PoseResidual(eqx.Module):
         return SE3.rminus(x.g, self.target)
 
 
-def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0), dtype=None):
+def quadrotor_problem(
+    bounded: bool = False,
+    method=None,
+    target=(1.0, 0.0, 1.0),
+    dtype=None,
+    *,
+    system=None,
+    actuation=None,
+):
     """crocoddyl's quadrotor example (``examples/quadrotor_fwddyn.py``; ``bounded=True``: the
     thrust limits ``0.1 ≤ f_i ≤ 5`` of ``quadrotor_ubound.py``) as an
     :class:`~geomjax.control.trajopt.OptimalControlProblem`.
@@ -614,21 +622,31 @@ def quadrotor_problem(bounded: bool = False, method=None, target=(1.0, 0.0, 1.0)
     gravity, four rotor thrusts through :func:`quadrotor_actuation`; from rest at the origin to
     the pose ``(I, target)`` in 33 steps of 0.03 s.  Running cost ``dt (1e-6 xReg + 1e-6 ½|u|² +
     1e-2 ½|log(g*⁻¹ g)|²)``, terminal ``3 · ½|log(g*⁻¹ g)|²`` (crocoddyl's weights).  Default method:
-    :class:`~geomjax.integrators.SemiImplicitEuler` (crocoddyl's integrator); any geomjax method (e.g.
-    :class:`~geomjax.LGVI`) can be passed."""
+    :class:`~geomjax.integrators.SemiImplicitEuler` (crocoddyl's integrator); any geomjax method
+    (e.g. :class:`~geomjax.LGVI`) can be passed.  ``system`` (a :class:`~geomjax.RigidBodySE3`
+    with gravity) and ``actuation`` (the ``(6, 4)`` thrust map) replace crocoddyl's, e.g. by an
+    identified model (:class:`geomjax.learn.problems.QuadrotorModel`)."""
     from ..systems.potentials import SE3Gravity
     from .trajopt import Actuated, OptimalControlProblem, ResidualCost
 
     c = QUADROTOR
     dtype = dtype or jnp.result_type(float)
-    system = RigidBodySE3(
-        jnp.asarray(c["mass"], dtype),
-        jnp.asarray(c["inertia"], dtype),
-        potential=SE3Gravity(c["mass"], c["gravity"]),
-    )
-    method = Actuated(
-        SemiImplicitEuler() if method is None else method, quadrotor_actuation().astype(dtype)
-    )
+    if system is None:
+        system = RigidBodySE3(
+            jnp.asarray(c["mass"], dtype),
+            jnp.asarray(c["inertia"], dtype),
+            potential=SE3Gravity(c["mass"], c["gravity"]),
+        )
+    elif not isinstance(system, RigidBodySE3):
+        raise ValueError(
+            f"quadrotor_problem: argument 'system' must be a RigidBodySE3, got {type(system).__name__}"
+        )
+    B = quadrotor_actuation() if actuation is None else jnp.asarray(actuation)
+    if B.shape != (6, 4):
+        raise ValueError(
+            f"quadrotor_problem: argument 'actuation' must have shape (6, 4), got {B.shape}"
+        )
+    method = Actuated(SemiImplicitEuler() if method is None else method, B.astype(dtype))
     g_target = SE3.from_rotation_translation(jnp.eye(3, dtype=dtype), jnp.asarray(target, dtype))
     # crocoddyl: xReg weight 1e-6 with activation weights 1e3 (rotation, velocity) and 0.1
     # (translation); uReg 1e-6; trackPose 1e-2; goalPose (terminal) 3

@@ -1,6 +1,7 @@
 """``geomjax demo`` section: identifying a heavy top's inertia and first moment from noisy
 orientation records (SciPy DOP853 reference, known torques, initial velocities unknown), with
-the reported standard deviations, and the rank-deficiency warning without inputs."""
+the reported standard deviations, and the rank-deficiency warning without inputs; and a
+quadrotor's mass, inertia and thrust map from flights under known rotor thrusts."""
 
 from __future__ import annotations
 
@@ -42,6 +43,57 @@ def run(out: Path, fast: bool) -> list:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bad = fit_parameters(guess, free, where, noise=1e-3, max_steps=30)
+    return [
+        *heavy_top_checks(res, I_fit, I_true, rho_fit, rho_true, zI, zr, bound, bad, caught),
+        *quadrotor_checks(),
+    ]
+
+
+def quadrotor_checks():
+    """The quadrotor on SE(3): mass, full inertia and moment-to-thrust ratio from three DOP853
+    flights under known rotor thrusts (the sizes of the tests: smaller records bias the fit)."""
+    import geomjax as gj
+    from geomjax.learn import fit_parameters
+    from geomjax.learn.problems import QUADROTOR_TRUTH as T
+    from geomjax.learn.problems import QuadrotorModel, quadrotor_records
+
+    flights = quadrotor_records(n_records=3, n_samples=51, excitation=1.0)
+    start = QuadrotorModel(
+        1.2, np.diag([0.015, 0.015, 0.025]), 0.03, T["arm"], method=gj.Composition(gj.LGVI())
+    )
+    res = fit_parameters(
+        start,
+        flights,
+        lambda q: (q.mass, q.inertia, q.moment_coefficient),
+        kinds=("positive", "spd", "positive"),
+        substeps=2,
+        noise=1e-3,
+        velocity_noise=1e-2,
+        segment_length=25,
+    )
+    m, J, k = (np.asarray(v) for v in res.values)
+    src = "the values the DOP853 flights were made with"
+    return [
+        Check(
+            "quadrotor: fit converged (0 = yes)", float(res.status != "converged"), 0.0, "status"
+        ),
+        Check("quadrotor: |m_fit − m| / m", abs(float(m) - T["mass"]) / T["mass"], 5e-3, src),
+        Check(
+            "quadrotor: |J_fit − J| / |J|",
+            float(np.linalg.norm(J - T["inertia"]) / np.linalg.norm(T["inertia"])),
+            2e-2,
+            src,
+        ),
+        Check(
+            "quadrotor: |k_fit − k| / k",
+            abs(float(k) - T["moment_coefficient"]) / T["moment_coefficient"],
+            5e-2,
+            src,
+        ),
+    ]
+
+
+def heavy_top_checks(res, I_fit, I_true, rho_fit, rho_true, zI, zr, bound, bad, caught):
     return [
         Check(
             "heavy top: fit converged (0 = yes)", float(res.status != "converged"), 0.0, "status"

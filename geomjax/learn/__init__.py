@@ -4,10 +4,13 @@
   SPD, masses positive, first moments, damping, input maps) from recorded motions
   (:class:`Trajectory`), with unknown initial states, multiple shooting, Levenberg–Marquardt and
   the Gauss–Newton covariance.
-* Learned models as ordinary systems (:mod:`geomjax.learn.models`): neural potentials, input
-  maps and dissipation on SO(3)/SE(3), trained through the discrete flow (:func:`fit_model`).
+* Learned models as ordinary systems (:mod:`geomjax.learn.models`): neural potentials and
+  dissipation on SO(3)/SE(3), configuration-dependent inertias (SPD by construction) and input
+  maps in coordinates, trained through the discrete flow (:func:`fit_model`).
+* Parametric models: any module with ``dynamics() -> (system, method)`` (one mass shared by the
+  inertia and gravity, a thrust map in the method) is fitted like a system.
 * :mod:`geomjax.learn.reference`: independent reference motions (SciPy DOP853);
-  :mod:`geomjax.learn.problems`: the worked pendulum problem; :mod:`geomjax.learn.baselines`:
+  :mod:`geomjax.learn.problems`: the worked pendulum and quadrotor problems; :mod:`geomjax.learn.baselines`:
   the black-box neural ODE (diffrax) it is compared with.
 """
 
@@ -15,13 +18,24 @@ from . import problems, reference
 from .baselines import NeuralODE, fit_neural_ode
 from .data import Trajectory
 from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_leaves
-from .models import NeuralDissipation, NeuralPotential, fit_model, neural_leaves
+from .models import (
+    InputMapped,
+    NeuralDissipation,
+    NeuralInertia,
+    NeuralInputMap,
+    NeuralPotential,
+    fit_model,
+    neural_leaves,
+)
 from .parameterize import from_unconstrained, to_unconstrained
 
 __all__ = [
     "FitError",
     "FitResult",
+    "InputMapped",
     "NeuralDissipation",
+    "NeuralInertia",
+    "NeuralInputMap",
     "NeuralODE",
     "NeuralPotential",
     "Trajectory",

@@ -23,7 +23,8 @@ class Trajectory(eqx.Module):
             ``(ω, v)`` on SE(3)).  Without them the initial velocities are estimated.
         controls: optional ``(N − 1, dim)`` known body inputs (torques, wrenches) held constant
             on each sample interval ``[t_k, t_{k+1}]`` (zero-order hold, as in
-            :func:`geomjax.simulate`).
+            :func:`geomjax.simulate`), or ``(N − 1, k)`` actuator commands (rotor thrusts) that
+            the fitted model's method maps to body forces.
     """
 
     ts: jax.Array
@@ -48,10 +49,13 @@ def _float(x, name, where):
     return a
 
 
-def check_trajectory(traj, group: LieGroup, name: str, where: str) -> Trajectory:
+def check_trajectory(
+    traj, group: LieGroup, name: str, where: str, any_width: bool = False
+) -> Trajectory:
     """Validate one :class:`Trajectory` against ``group`` (eager, NumPy): ``ValueError`` naming
     the argument for unordered or non-uniform times, disagreeing shapes, NaN, or configurations
-    far from the group."""
+    far from the group.  ``any_width``: controls may have any width ``k`` (actuator commands
+    mapped to body forces by the method), else ``group.dim``."""
     if not isinstance(traj, Trajectory):
         raise ValueError(
             f"{where}: argument '{name}' must be a geomjax.learn.Trajectory, got {type(traj).__name__}"
@@ -101,9 +105,11 @@ def check_trajectory(traj, group: LieGroup, name: str, where: str) -> Trajectory
     u = None
     if traj.controls is not None:
         u = _float(traj.controls, f"{name}.controls", where)
-        if u.shape != (N - 1, group.dim):
+        ok = u.ndim == 2 and u.shape[0] == N - 1 and (any_width or u.shape[1] == group.dim)
+        if not ok:
             raise ValueError(
-                f"{where}: argument '{name}.controls' must have shape {(N - 1, group.dim)} (one "
-                f"input per sample interval), got {u.shape}"
+                f"{where}: argument '{name}.controls' must have shape "
+                f"{(N - 1, 'k' if any_width else group.dim)} (one input per sample interval), "
+                f"got {u.shape}"
             )
     return Trajectory(ts, g, xi, u)

@@ -25,6 +25,7 @@ status says so.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import types
@@ -33,7 +34,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from .._internal.warn import warn
 from ..integrators import LGVI, simulate
@@ -52,7 +52,7 @@ class FitResult:
     """Result of :func:`fit_parameters`.
 
     Attributes:
-        system: the system with the fitted parameters in place.
+        system: the system (or parametric model) with the fitted parameters in place.
         values: the fitted leaves (a tuple in the order of ``where``).
         std: their standard deviations (same shapes), from the Gauss–Newton covariance.
         covariance: ``(P, P)`` covariance of the flattened fitted leaves (concatenated in order).
@@ -138,6 +138,162 @@ def _segments(N: int, L: int):
     return S, np.minimum(idx, N - 1), mask
 
 
+class _Slot:
+    """A placeholder put where ``where`` points, to find the selected leaves' positions."""
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _positions(model, where, n, single):
+    """Indices of the selected leaves among ``jax.tree_util.tree_leaves(model)``: fitted values
+    are put back by position, so the compiled program does not depend on the ``where`` function
+    (a new lambda per call would otherwise be a new program)."""
+    slots = tuple(_Slot(i) for i in range(n))
+    marked = eqx.tree_at(where, model, replace=slots[0] if single else slots)
+    flat = jax.tree_util.tree_leaves(marked, is_leaf=lambda x: isinstance(x, _Slot))
+    pos = {x.i: j for j, x in enumerate(flat) if isinstance(x, _Slot)}
+    return tuple(pos[i] for i in range(n))
+
+
+def _put(model, positions, vals):
+    flat, treedef = jax.tree_util.tree_flatten(model)
+    flat = list(flat)
+    for j, v in zip(positions, vals, strict=True):
+        flat[j] = v
+    return jax.tree_util.tree_unflatten(treedef, flat)
+
+
+def dynamics_of(model, method=None, who="fit_parameters"):
+    """``(system, method)`` of a model: a system on a Lie group (with ``method``, default
+    :class:`~geomjax.LGVI` ``()``), or a *parametric model*, any object with a ``dynamics()``
+    method returning ``(system, method)`` built from its leaves (e.g. one mass used by both the
+    inertia and gravity, and a thrust map in an :class:`~geomjax.control.trajopt.Actuated`
+    method; see :class:`geomjax.learn.problems.QuadrotorModel`)."""
+    if getattr(model, "group", None) is None and callable(getattr(model, "dynamics", None)):
+        if method is not None:
+            raise ValueError(
+                f"{who}: argument 'method' must be None for a parametric model (its dynamics() "
+                "gives the method)"
+            )
+        system, method = model.dynamics()
+    else:
+        system = model
+    if getattr(system, "group", None) is None:
+        raise ValueError(
+            f"{who}: argument 'system' must be a system on a Lie group or a model with "
+            f"dynamics() -> (system, method), got {type(model).__name__}"
+        )
+    return system, LGVI() if method is None else method
+
+
+class _Spec(eqx.Module):
+    """The static structure of a fitting problem (part of the compiled program's key)."""
+
+    positions: tuple = eqx.field(static=True)
+    kinds: tuple = eqx.field(static=True)
+    shapes: tuple = eqx.field(static=True)
+    theta_sizes: tuple = eqx.field(static=True)
+    layout: tuple = eqx.field(static=True)  # per table (records, segments, dim)
+    substeps: int = eqx.field(static=True)
+
+
+def _unravel(flat, spec):
+    """``(theta, deltas, xis)`` of the flat vector of unknowns."""
+    out, o = [], 0
+    for n in spec.theta_sizes:
+        out.append(flat[o : o + n])
+        o += n
+    deltas, xis = [], []
+    for shape in spec.layout:
+        n = int(np.prod(shape))
+        deltas.append(flat[o : o + n].reshape(shape))
+        xis.append(flat[o + n : o + 2 * n].reshape(shape))
+        o += 2 * n
+    return tuple(out), deltas, xis
+
+
+def _ravel(y):
+    theta, deltas, xis = y
+    parts = [t.reshape(-1) for t in theta]
+    for d, x in zip(deltas, xis, strict=True):
+        parts += [d.reshape(-1), x.reshape(-1)]
+    return jnp.concatenate(parts)
+
+
+def _values(theta, spec):
+    return tuple(
+        P.from_unconstrained(t, k, s)
+        for t, k, s in zip(theta, spec.kinds, spec.shapes, strict=True)
+    )
+
+
+def _build(model, theta, spec):
+    vals = _values(theta, spec)
+    return _put(model, spec.positions, vals), vals
+
+
+def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
+    """Data and continuity residuals (see the module docstring); a pure function of its
+    arguments (no closure), so one compiled program serves every fit of the same structure."""
+    theta, deltas, xis = _unravel(flat, spec)
+    mod, _ = _build(model, theta, spec)
+    sys, meth = dynamics_of(mod, method)
+    G = sys.group
+    B = None
+    if isinstance(getattr(meth, "matrix", None), jax.Array) and hasattr(meth, "method"):
+        # an actuation matrix (geomjax.control.trajopt.Actuated): simulate takes body forces,
+        # so the actuator commands are mapped here (B u held on each interval, as the method)
+        B, meth = meth.matrix, meth.method
+    substeps = spec.substeps
+    data_r, cont_r = [], []
+    for tab, delta, xi0 in zip(tables, deltas, xis, strict=True):
+
+        def run(g_start, d, x, u, t0, h, L=tab["L"]):
+            if B is not None:
+                u = u @ B.T
+            g0 = G.rplus(g_start, d)
+            state0 = sys.state_from_velocity(g0, x)
+            sol = simulate(
+                sys,
+                meth,
+                state0,
+                h / substeps,
+                steps=L * substeps,
+                controls=u,
+                save_every=substeps,
+                t0=t0,
+                check_inputs=False,
+                adjoint=adjoint,
+            )
+            g, mu = sys.split(sol.states)
+            return g, jax.vmap(sys.velocity)(mu)
+
+        seg_run = jax.vmap(run, in_axes=(0, 0, 0, 0, 0, None))  # over segments
+        g_pred, xi_pred = jax.vmap(seg_run)(  # over the records of the group
+            tab["g"][:, :, 0], delta, xi0, tab["u"], tab["t0"], tab["h"]
+        )
+        mask = tab["mask"][None, :, :, None]
+        r = jax.vmap(jax.vmap(jax.vmap(G.rminus)))(tab["g"], g_pred) / noise
+        data_r.append(jnp.where(mask, r, 0.0).reshape(-1))
+        if tab["xi"] is not None:
+            rv = (xi_pred - tab["xi"]) / tab["vn"][:, None, None, :]
+            data_r.append(jnp.where(mask, rv, 0.0).reshape(-1))
+        if tab["S"] > 1:
+            g_next = jax.vmap(jax.vmap(G.rplus))(tab["g"][:, 1:, 0], delta[:, 1:])
+            rc = jax.vmap(jax.vmap(G.rminus))(g_next, g_pred[:, :-1, -1]) / noise
+            rx = (xi0[:, 1:] - xi_pred[:, :-1, -1]) * tab["h"][:, None, None] / noise
+            cont_r.append(weight * jnp.concatenate([rc, rx], -1).reshape(-1))
+    data = jnp.concatenate(data_r)
+    cont = jnp.concatenate(cont_r) if cont_r else jnp.zeros((0,), data.dtype)
+    return data, cont
+
+
+def _residual_vector(flat, weight, spec, model, method, adjoint, tables, noise):
+    d, c = _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise)
+    return jnp.concatenate([d, c])
+
+
 def _problem(
     system,
     data,
@@ -152,25 +308,43 @@ def _problem(
     adjoint,
     who,
 ):
-    G = getattr(system, "group", None)
-    if G is None:
-        raise ValueError(
-            f"{who}: argument 'system' must be a system on a Lie group, got {system!r}"
-        )
+    model = system
+    system, method_r = dynamics_of(model, method, who)
+    G = system.group
     trajs = [data] if isinstance(data, Trajectory) else list(data)
     if not trajs:
         raise ValueError(f"{who}: argument 'data' must hold at least one Trajectory")
     trajs = [
-        check_trajectory(t, G, "data" if len(trajs) == 1 else f"data[{i}]", who)
+        check_trajectory(t, G, "data" if len(trajs) == 1 else f"data[{i}]", who, any_width=True)
         for i, t in enumerate(trajs)
     ]
+    widths = {t.controls.shape[1] for t in trajs if t.controls is not None}
+    if len(widths) > 1:
+        raise ValueError(
+            f"{who}: argument 'data' must give controls of one width in every record, got "
+            f"widths {sorted(widths)}"
+        )
+    # an actuation matrix (Actuated(method, B)) takes commands of width B.shape[1]
+    B = getattr(method_r, "matrix", None) if hasattr(method_r, "method") else None
+    want = G.dim if B is None else int(np.shape(B)[1])
+    m_u = widths.pop() if widths else want
+    if m_u != want:
+        raise ValueError(
+            f"{who}: argument 'data' has controls of width {m_u} but the method takes "
+            + (
+                f"body forces of width {G.dim}: pass a method that maps them (e.g. "
+                "geomjax.control.trajopt.Actuated(LGVI(), B)) or a parametric model"
+                if B is None
+                else f"actuator commands of width {want} (its matrix is {tuple(np.shape(B))})"
+            )
+        )
     if not (isinstance(substeps, int) and substeps >= 1):
         raise ValueError(f"{who}: argument 'substeps' must be a positive int, got {substeps!r}")
     if segment_length is not None and not (isinstance(segment_length, int) and segment_length >= 1):
         raise ValueError(
             f"{who}: argument 'segment_length' must be a positive int, got {segment_length!r}"
         )
-    leaves, single, names = select_leaves(system, where)
+    leaves, single, names = select_leaves(model, where, who=who)
     if kinds is None:
         kinds = tuple(_auto_kind(x) for x in leaves)
     elif isinstance(kinds, str):
@@ -188,13 +362,8 @@ def _problem(
         if k == "positive" and not np.all(a > 0):
             raise ValueError(f"{who}: leaf {n} is declared 'positive' but has entries ≤ 0")
     dtype = jnp.result_type(leaves[0])
-    method = LGVI() if method is None else method
     noise = jnp.broadcast_to(jnp.asarray(noise, dtype), (G.dim,))
     shapes = tuple(tuple(np.shape(x)) for x in leaves)
-
-    def build(theta):
-        vals = tuple(P.from_unconstrained(t, k, s) for t, k, s in zip(theta, kinds, shapes))
-        return eqx.tree_at(where, system, replace=vals[0] if single else vals), vals
 
     # --- tables of the records, grouped by length (one vmapped run per group) ---------------
     groups: dict = {}
@@ -210,7 +379,7 @@ def _problem(
             tr = trajs[i]
             h = float(tr.ts[1] - tr.ts[0])
             g_obs = jnp.asarray(tr.g, dtype)
-            u = np.zeros((S, L * substeps, G.dim))
+            u = np.zeros((S, L * substeps, m_u))
             if tr.controls is not None:
                 j = np.minimum(idx[:, :-1], N - 2)
                 u_s = np.where((idx[:, :-1] < N - 1)[..., None], np.asarray(tr.controls)[j], 0.0)
@@ -250,63 +419,31 @@ def _problem(
         xis0.append(jnp.asarray(jnp.stack(x0s), dtype))
 
     theta0 = tuple(P.to_unconstrained(jnp.asarray(x, dtype), k) for x, k in zip(leaves, kinds))
-    # a tuple, not a dict: ravel_pytree orders dict keys, and theta must come first
-    y0 = (theta0, deltas0, xis0)
-    flat0, unravel = ravel_pytree(y0)
+    spec = _Spec(
+        positions=_positions(model, where, len(leaves), single),
+        kinds=kinds,
+        shapes=shapes,
+        theta_sizes=tuple(int(t.size) for t in theta0),
+        layout=tuple(tuple(d.shape) for d in deltas0),
+        substeps=substeps,
+    )
+    # theta comes first in the flat vector of unknowns
+    flat0 = _ravel((theta0, deltas0, xis0))
+    args = (spec, model, method, adjoint, tables, noise)
 
-    def residual_parts(y, weight=None):
-        weight = continuity_weight if weight is None else weight
-        sys, _ = build(y[0])
-        data_r, cont_r = [], []
-        for tab, delta, xi0 in zip(tables, y[1], y[2], strict=True):
-
-            def run(g_start, d, x, u, t0, h, L=tab["L"]):
-                g0 = G.rplus(g_start, d)
-                state0 = sys.state_from_velocity(g0, x)
-                sol = simulate(
-                    sys,
-                    method,
-                    state0,
-                    h / substeps,
-                    steps=L * substeps,
-                    controls=u,
-                    save_every=substeps,
-                    t0=t0,
-                    check_inputs=False,
-                    adjoint=adjoint,
-                )
-                g, mu = sys.split(sol.states)
-                return g, jax.vmap(sys.velocity)(mu)
-
-            seg_run = jax.vmap(run, in_axes=(0, 0, 0, 0, 0, None))  # over segments
-            g_pred, xi_pred = jax.vmap(seg_run)(  # over the records of the group
-                tab["g"][:, :, 0], delta, xi0, tab["u"], tab["t0"], tab["h"]
-            )
-            mask = tab["mask"][None, :, :, None]
-            r = jax.vmap(jax.vmap(jax.vmap(G.rminus)))(tab["g"], g_pred) / noise
-            data_r.append(jnp.where(mask, r, 0.0).reshape(-1))
-            if tab["xi"] is not None:
-                rv = (xi_pred - tab["xi"]) / tab["vn"][:, None, None, :]
-                data_r.append(jnp.where(mask, rv, 0.0).reshape(-1))
-            if tab["S"] > 1:
-                g_next = jax.vmap(jax.vmap(G.rplus))(tab["g"][:, 1:, 0], delta[:, 1:])
-                rc = jax.vmap(jax.vmap(G.rminus))(g_next, g_pred[:, :-1, -1]) / noise
-                rx = (xi0[:, 1:] - xi_pred[:, :-1, -1]) * tab["h"][:, None, None] / noise
-                cont_r.append(weight * jnp.concatenate([rc, rx], -1).reshape(-1))
-        data = jnp.concatenate(data_r)
-        cont = jnp.concatenate(cont_r) if cont_r else jnp.zeros((0,), dtype)
-        return data, cont
-
-    def residuals(flat, args):
-        # args: None, or the continuity weight (traced: the continuation reuses one program)
-        d, c = residual_parts(unravel(flat), args)
-        return jnp.concatenate([d, c])
+    def residuals(flat, weight):
+        # weight: None (continuity_weight), or a traced weight (the continuation)
+        w = continuity_weight if weight is None else weight
+        return _residual_vector(flat, w, *args)
 
     return types.SimpleNamespace(
         residuals=residuals,
+        args=args,
+        spec=spec,
+        model=model,
         flat0=flat0,
-        unravel=unravel,
-        build=build,
+        unravel=lambda flat: _unravel(flat, spec),
+        build=lambda theta: _build(model, theta, spec),
         tables=tables,
         G=G,
         names=names,
@@ -382,8 +519,15 @@ def fit_parameters(
     Arguments:
         system: a geomjax system on a Lie group (:class:`~geomjax.RigidBody`,
             :class:`~geomjax.RigidBodySE3`, :class:`~geomjax.EulerPoincareSystem`, a learned
-            model of :mod:`geomjax.learn`) holding the initial guess.
-        data: a :class:`Trajectory` or a sequence of them (lengths may differ).
+            model of :mod:`geomjax.learn`) holding the initial guess; or a *parametric model*,
+            any module with ``dynamics() -> (system, method)`` built from its leaves (one mass
+            used by the inertia and by gravity, a thrust map in an
+            :class:`~geomjax.control.trajopt.Actuated` method: see
+            :class:`geomjax.learn.problems.QuadrotorModel`); ``where`` then selects its leaves
+            and ``method`` must be None.
+        data: a :class:`Trajectory` or a sequence of them (lengths may differ); their
+            ``controls`` are body forces ``(N − 1, dim)``, or actuator commands ``(N − 1, k)``
+            (the same ``k`` in every record) when the method maps them (``Actuated``).
         where: ``system -> leaf`` or a tuple of leaves, as in :func:`equinox.tree_at`, e.g.
             ``lambda s: (s.inertia, s.potential.rho)``.
         kinds: per selected leaf ``"spd"`` (log-Cholesky), ``"positive"`` (log) or ``"free"``;
@@ -412,6 +556,13 @@ def fit_parameters(
 
     Returns:
         :class:`FitResult`; ``result.check()`` raises unless the fit converged with full rank.
+
+    The Levenberg–Marquardt loop is compiled once per problem *structure* (the model's
+    structure, the fitted leaves' positions, kinds and shapes, the method, the records' lengths
+    and grouping, ``substeps``, ``segment_length``, ``rtol``/``atol``): the data, the initial
+    guess, the noise levels and ``max_steps`` are traced arguments, and ``where`` is resolved to
+    leaf positions, so a new fit of the same structure (other records, another ``where``
+    lambda) reuses the compiled program.
     """
     import optimistix as optx
 
@@ -445,10 +596,10 @@ def fit_parameters(
         n_seg_cont = sum(t["S"] > 1 for t in tables)
         weights = [w for w in (10.0, 100.0) if n_seg_cont and w < continuity_weight]
         flat, num_steps = flat0, 0
-        solve = _levenberg_marquardt(residuals, rtol, atol)  # compiled once for all stages
         for w in [*weights, continuity_weight]:
-            flat, r_all, J, converged, k, why = solve(
-                flat, jnp.asarray(w, dtype), max_steps - num_steps
+            # one compiled program for every stage and every fit of the same structure
+            flat, r_all, J, converged, k, why = _lm_solve(
+                flat, jnp.asarray(w, dtype), max_steps - num_steps, rtol, atol, pb.args
             )
             num_steps += k
     else:
@@ -522,15 +673,11 @@ def fit_parameters(
         status = msg if status == "converged" else f"{status}; {msg}"
     # delta method: covariance of the physical leaves
     theta = unravel(flat)[0]
-    theta_flat, unravel_theta = ravel_pytree(theta)
-
-    def phys(tf):
-        _, vals = build(unravel_theta(tf))
-        return jnp.concatenate([v.reshape(-1) for v in vals])
-
-    T = np.asarray(eqx.filter_jit(jax.jacfwd(phys))(theta_flat))
+    n_t = sum(pb.spec.theta_sizes)
+    T = np.asarray(_phys_jacobian(flat[:n_t], pb.spec))
     cov = T @ cov_flat[:n_theta, :n_theta] @ T.T
     sys_fit, vals = build(theta)
+    dyn_fit = dynamics_of(sys_fit, method)[0]
     std_flat = np.sqrt(np.maximum(np.diag(cov), 0.0))
     stds, o = [], 0
     for s in shapes:
@@ -543,7 +690,7 @@ def fit_parameters(
         gi, b = where_traj[i]
         t = tables[gi]
         g0 = G.rplus(t["g"][b, 0, 0], y[1][gi][b, 0])
-        init_states.append(sys_fit.state_from_velocity(g0, y[2][gi][b, 0]))
+        init_states.append(dyn_fit.state_from_velocity(g0, y[2][gi][b, 0]))
     return FitResult(
         system=sys_fit,
         values=tuple(vals),
@@ -560,7 +707,42 @@ def fit_parameters(
     )
 
 
-def _levenberg_marquardt(fn, rtol, atol):
+#: how many times each compiled program of this module was traced (a trace precedes every
+#: compilation): repeated fits of one structure must not add to it
+TRACES: collections.Counter = collections.Counter()
+
+
+@eqx.filter_jit
+def _phys_jacobian(theta_flat, spec):
+    """Jacobian of the physical leaves (flattened, concatenated) in the unconstrained ones."""
+    TRACES["parameterization"] += 1
+
+    def phys(tf):
+        theta, o = [], 0
+        for n in spec.theta_sizes:
+            theta.append(tf[o : o + n])
+            o += n
+        return jnp.concatenate([v.reshape(-1) for v in _values(tuple(theta), spec)])
+
+    return jax.jacfwd(phys)(theta_flat)
+
+
+def _lm_solve(x0, weight, max_steps, rtol, atol, args):
+    """Levenberg–Marquardt (:func:`_lm_run`) on the residuals of a fitting problem ``args``:
+    ``(x, r, J, converged, steps, reason)``."""
+    x, r, J, done, k, lam = _lm_run(x0, weight, jnp.asarray(max_steps), rtol, atol, *args)
+    done, k, lam = bool(done), int(k), float(lam)
+    if done:
+        why = "converged"
+    elif lam >= 1e16:
+        why = "the damping grew without bound (no step lowers the cost)"
+    else:
+        why = f"max_steps={max_steps} reached"
+    return x, r, J, done, k, why
+
+
+@eqx.filter_jit
+def _lm_run(x0, weight, max_steps, rtol, atol, spec, model, method, adjoint, tables, noise):
     """Levenberg–Marquardt with Marquardt's diagonal scaling (Nocedal & Wright, *Numerical
     Optimization*, 2nd ed., Springer 2006, §10.3), the Jacobian by forward mode (``jax.jacfwd``:
     the unknowns are few, the residuals many), in one compiled ``lax.while_loop``.
@@ -568,79 +750,67 @@ def _levenberg_marquardt(fn, rtol, atol):
     Converged when the Gauss–Newton decrement ``½ gᵀ(JᵀJ)⁻¹g`` (the decrease a full Gauss–Newton
     step would still bring) is at most ``rtol·cost + atol``, or an accepted step changes the cost
     by at most ``rtol·cost + atol`` and moves the unknowns by at most
-    ``sqrt(rtol)·(|x| + sqrt(rtol))``, or the gradient vanishes.  Returns
-    ``solve(x0, args, max_steps) -> (x, r, J, converged, steps, reason)`` (residuals and
-    Jacobian at ``x``), one compiled program for every ``args`` and ``max_steps``.
-    """
+    ``sqrt(rtol)·(|x| + sqrt(rtol))``, or the gradient vanishes.
 
-    def both(x, args):
-        r = fn(x, args)
+    A module-level function of the problem's arrays and static structure (``spec``, the model's
+    and the method's structure, the tables' sizes): the data, the initial guess, the continuity
+    weight, ``max_steps`` and the model's values are traced, so a new fit of the same structure
+    reuses the compiled program.
+    """
+    TRACES["levenberg_marquardt"] += 1
+
+    def fn(x):
+        return _residual_vector(x, weight, spec, model, method, adjoint, tables, noise)
+
+    def both(x):
+        r = fn(x)
         return r, r
 
     jac_and_value = jax.jacfwd(both, has_aux=True)  # one copy of the model in the program
+    dtype = x0.dtype
+    r_shape = jax.eval_shape(fn, x0).shape
+    inf = jnp.asarray(jnp.inf, dtype)
+    init = (
+        x0,  # accepted point
+        jnp.zeros(r_shape, dtype),
+        jnp.zeros((*r_shape, x0.size), dtype),
+        inf,  # its cost (none accepted yet)
+        x0,  # trial point
+        jnp.asarray(1e-3, dtype),
+        jnp.asarray(0),
+        jnp.asarray(False),
+    )
 
-    @eqx.filter_jit
-    def run(x0, args, max_steps):
-        dtype = x0.dtype
-        r_shape = jax.eval_shape(lambda x: fn(x, args), x0).shape
-        inf = jnp.asarray(jnp.inf, dtype)
-        init = (
-            x0,  # accepted point
-            jnp.zeros(r_shape, dtype),
-            jnp.zeros((*r_shape, x0.size), dtype),
-            inf,  # its cost (none accepted yet)
-            x0,  # trial point
-            jnp.asarray(1e-3, dtype),
-            jnp.asarray(0),
-            jnp.asarray(False),
+    def cond(c):
+        *_, lam, k, done = c
+        return (~done) & (k < max_steps) & (lam < 1e16)
+
+    def body(c):
+        x, r, J, cost, xt, lam, k, _ = c
+        Jt, rt = jac_and_value(xt)
+        cost_t = 0.5 * jnp.sum(rt**2)
+        ok = jnp.isfinite(cost_t) & (cost_t <= cost)
+        first = ~jnp.isfinite(cost)
+        small = (
+            ok
+            & ~first
+            & (cost - cost_t <= rtol * cost_t + atol)
+            & (jnp.linalg.norm(xt - x) <= jnp.sqrt(rtol) * (jnp.linalg.norm(x) + jnp.sqrt(rtol)))
         )
+        x = jnp.where(ok, xt, x)
+        r = jnp.where(ok, rt, r)
+        J = jnp.where(ok, Jt, J)
+        cost = jnp.where(ok, cost_t, cost)
+        lam = jnp.where(first, lam, jnp.where(ok, lam / 3.0, lam * 2.0))
+        JtJ = J.T @ J
+        g = J.T @ r
+        D = jnp.maximum(jnp.diag(JtJ), jnp.finfo(dtype).tiny)
+        dx = -jnp.linalg.solve(JtJ + lam * jnp.diag(D), g)
+        # the Gauss–Newton decrement: what a full Gauss–Newton step would still gain
+        dec = 0.5 * g @ jnp.linalg.solve(JtJ + 1e-12 * jnp.diag(D), g)
+        converged_here = ~first & (dec <= rtol * cost + atol)
+        done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
+        return (x, r, J, cost, x + dx, lam, k + 1, done)
 
-        def cond(c):
-            *_, lam, k, done = c
-            return (~done) & (k < max_steps) & (lam < 1e16)
-
-        def body(c):
-            x, r, J, cost, xt, lam, k, _ = c
-            Jt, rt = jac_and_value(xt, args)
-            cost_t = 0.5 * jnp.sum(rt**2)
-            ok = jnp.isfinite(cost_t) & (cost_t <= cost)
-            first = ~jnp.isfinite(cost)
-            small = (
-                ok
-                & ~first
-                & (cost - cost_t <= rtol * cost_t + atol)
-                & (
-                    jnp.linalg.norm(xt - x)
-                    <= jnp.sqrt(rtol) * (jnp.linalg.norm(x) + jnp.sqrt(rtol))
-                )
-            )
-            x = jnp.where(ok, xt, x)
-            r = jnp.where(ok, rt, r)
-            J = jnp.where(ok, Jt, J)
-            cost = jnp.where(ok, cost_t, cost)
-            lam = jnp.where(first, lam, jnp.where(ok, lam / 3.0, lam * 2.0))
-            JtJ = J.T @ J
-            g = J.T @ r
-            D = jnp.maximum(jnp.diag(JtJ), jnp.finfo(dtype).tiny)
-            dx = -jnp.linalg.solve(JtJ + lam * jnp.diag(D), g)
-            # the Gauss–Newton decrement: what a full Gauss–Newton step would still gain
-            dec = 0.5 * g @ jnp.linalg.solve(JtJ + 1e-12 * jnp.diag(D), g)
-            converged_here = ~first & (dec <= rtol * cost + atol)
-            done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
-            return (x, r, J, cost, x + dx, lam, k + 1, done)
-
-        x, r, J, _, _, lam, k, done = jax.lax.while_loop(cond, body, init)
-        return x, r, J, done, k, lam
-
-    def solve(x0, args, max_steps):
-        x, r, J, done, k, lam = run(x0, args, jnp.asarray(max_steps))
-        done, k, lam = bool(done), int(k), float(lam)
-        if done:
-            why = "converged"
-        elif lam >= 1e16:
-            why = "the damping grew without bound (no step lowers the cost)"
-        else:
-            why = f"max_steps={max_steps} reached"
-        return x, r, J, done, k, why
-
-    return solve
+    x, r, J, _, _, lam, k, done = jax.lax.while_loop(cond, body, init)
+    return x, r, J, done, k, lam

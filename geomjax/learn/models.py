@@ -25,10 +25,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..integrators.base import AbstractMethod
 from ..lie import SE3, SO3, LieGroup
 from .identify import fitting_loss
 
-__all__ = ["NeuralDissipation", "NeuralPotential", "fit_model", "neural_leaves"]
+__all__ = [
+    "InputMapped",
+    "NeuralDissipation",
+    "NeuralInertia",
+    "NeuralInputMap",
+    "NeuralPotential",
+    "fit_model",
+    "neural_leaves",
+]
 
 
 def _n_features(group: LieGroup, invariant: str | None) -> int:
@@ -138,12 +147,215 @@ class NeuralDissipation(eqx.Module):
         return -self.damping(g) @ xi
 
 
+def _mlp(n_in, n_out, width, depth, key, dtype):
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    mlp = eqx.nn.MLP(n_in, n_out, width, depth, activation=jax.nn.softplus, key=key)
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, mlp)
+
+
+def _check_features(features, n_in, who):
+    if features is not None and not callable(features):
+        raise ValueError(f"{who}: argument 'features' must be callable q -> ({n_in},) or None")
+    if not (isinstance(n_in, int | np.integer) and n_in >= 1):
+        raise ValueError(f"{who}: argument 'n_in' must be a positive int, got {n_in!r}")
+
+
+class NeuralInertia(eqx.Module):
+    """A configuration-dependent inertia ``M(q) = M_prior(q) + L(q) L(q)ᵀ + ε·scale·1``,
+    symmetric positive definite by construction: ``L`` lower triangular from an MLP of the
+    configuration, its
+    diagonal ``exp(·)`` of the network's outputs (the log-Cholesky parameterization of Pinheiro &
+    Bates, *Unconstrained parametrizations for variance-covariance matrices*, Statistics and
+    Computing, 1996, §2.2; as in Lutter, Ritter & Peters, *Deep Lagrangian networks*, ICLR 2019,
+    §4).
+
+    A ``metric`` of :class:`~geomjax.variational.LagrangianSystem` (``K = ½ q̇ᵀ M(q) q̇``), so
+    :class:`~geomjax.DiscreteEulerLagrange`, the adjoints and
+    :func:`~geomjax.control.trajopt.solve_ocp` run on the learned model unchanged.  (The Lie
+    group systems of geomjax have a constant, left-invariant inertia: a configuration-dependent
+    one lives in coordinates.)
+
+    Arguments:
+        n: the number of coordinates (``M`` is ``(n, n)``).
+        key: a ``jax.random.PRNGKey``.
+        n_in: the network's input size (default ``n``; set it with ``features``).
+        features: optional ``q -> (n_in,)`` (e.g. ``(cos θ, sin θ)`` for an angle: periodic).
+        width, depth: the MLP's hidden width and layers (softplus: a smooth ``M``).
+        scale: ``M`` starts near ``scale · 1`` (plus the prior).
+        prior: optional known part ``M_prior(q)`` (positive semidefinite).
+        floor: ``ε``: the eigenvalues are at least ``ε·scale`` (a floor that keeps ``M``
+            definite in floating point too, where ``L Lᵀ`` of a badly conditioned ``L`` rounds
+            to a singular matrix; Lutter et al. add the same positive shift).
+    """
+
+    mlp: eqx.nn.MLP
+    n: int = eqx.field(static=True)
+    scale: float = eqx.field(static=True, default=1.0)
+    floor: float = eqx.field(static=True, default=1e-3)
+    features: object = None
+    prior: object = None
+
+    def __init__(
+        self,
+        n,
+        key,
+        n_in=None,
+        features=None,
+        width=32,
+        depth=2,
+        scale=1.0,
+        prior=None,
+        floor=1e-3,
+        dtype=None,
+    ):
+        if not (isinstance(n, int | np.integer) and n >= 1):
+            raise ValueError(f"NeuralInertia: argument 'n' must be a positive int, got {n!r}")
+        n_in = n if n_in is None else n_in
+        _check_features(features, n_in, "NeuralInertia")
+        if not float(scale) > 0:
+            raise ValueError(f"NeuralInertia: argument 'scale' must be positive, got {scale!r}")
+        if not float(floor) >= 0:
+            raise ValueError(f"NeuralInertia: argument 'floor' must be ≥ 0, got {floor!r}")
+        self.n, self.scale, self.features, self.prior = int(n), float(scale), features, prior
+        self.floor = float(floor)
+        self.mlp = _mlp(n_in, n * (n + 1) // 2, width, depth, key, dtype)
+        # the last layer starts at zero: L = sqrt(scale) 1, M = (1 + ε) scale 1 (+ the prior)
+        last = self.mlp.layers[-1]
+        self.mlp = eqx.tree_at(
+            lambda m: (m.layers[-1].weight, m.layers[-1].bias),
+            self.mlp,
+            (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)),
+        )
+
+    def cholesky(self, q):
+        """``L(q)`` ``(n, n)``, lower triangular with a positive diagonal."""
+        x = q if self.features is None else self.features(q)
+        raw = self.mlp(x)
+        n = self.n
+        L = jnp.zeros((n, n), raw.dtype).at[np.tril_indices(n)].set(raw)
+        d = jnp.diag_indices(n)
+        L = L.at[d].set(jnp.exp(L[d]))
+        return jnp.sqrt(jnp.asarray(self.scale, raw.dtype)) * L
+
+    def __call__(self, q):
+        L = self.cholesky(q)
+        M = L @ L.T + (self.floor * self.scale) * jnp.eye(self.n, dtype=L.dtype)
+        if self.prior is not None:
+            M = M + self.prior(q)
+        return M
+
+
+class NeuralInputMap(eqx.Module):
+    """A learned input map: controls ``u`` ``(m,)`` → generalized force ``B(q) u`` ``(n,)`` with
+    ``B(q) = B_prior + scale · MLP(q)`` (reshaped ``(n, m)``): a known actuation layout corrected
+    by a configuration-dependent network (actuators whose gain or direction changes with the
+    configuration).
+
+    Its call signature is the ``force`` of :class:`~geomjax.variational.LagrangianSystem`,
+    ``F(t, q, q̇, u)`` (zero when ``u`` is None), so every method, the adjoints and
+    :func:`~geomjax.control.trajopt.solve_ocp` use it unchanged.
+
+    Arguments:
+        n: coordinates.  m: controls.  key: a ``jax.random.PRNGKey``.
+        n_in, features: the network's input (default ``q`` itself), as :class:`NeuralInertia`.
+        prior: ``B_prior`` ``(n, m)`` (default zeros).
+        scale: the network's output scale (its last layer starts at zero: ``B = B_prior``).
+    """
+
+    mlp: eqx.nn.MLP
+    prior: jax.Array
+    n: int = eqx.field(static=True)
+    m: int = eqx.field(static=True)
+    scale: float = eqx.field(static=True, default=1.0)
+    features: object = None
+
+    def __init__(
+        self,
+        n,
+        m,
+        key,
+        n_in=None,
+        features=None,
+        prior=None,
+        width=16,
+        depth=1,
+        scale=1.0,
+        dtype=None,
+    ):
+        n_in = n if n_in is None else n_in
+        _check_features(features, n_in, "NeuralInputMap")
+        for name, v in (("n", n), ("m", m)):
+            if not (isinstance(v, int | np.integer) and v >= 1):
+                raise ValueError(
+                    f"NeuralInputMap: argument '{name}' must be a positive int, got {v!r}"
+                )
+        dt = jnp.result_type(float) if dtype is None else dtype
+        prior = jnp.zeros((n, m), dt) if prior is None else jnp.asarray(prior, dt)
+        if prior.shape != (n, m):
+            raise ValueError(
+                f"NeuralInputMap: argument 'prior' must have shape (n, m) = {(n, m)}, got "
+                f"{prior.shape}"
+            )
+        self.n, self.m, self.scale, self.features, self.prior = (
+            int(n),
+            int(m),
+            float(scale),
+            features,
+            prior,
+        )
+        mlp = _mlp(n_in, n * m, width, depth, key, dtype)
+        last = mlp.layers[-1]
+        self.mlp = eqx.tree_at(
+            lambda t: (t.layers[-1].weight, t.layers[-1].bias),
+            mlp,
+            (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)),
+        )
+
+    def matrix(self, q):
+        """``B(q)`` ``(n, m)``."""
+        x = q if self.features is None else self.features(q)
+        return self.prior + self.scale * self.mlp(x).reshape(self.n, self.m)
+
+    def __call__(self, t, q, qdot, u):
+        if u is None:
+            return jnp.zeros((self.n,), q.dtype)
+        return self.matrix(q) @ u
+
+
+class InputMapped(AbstractMethod):
+    """``method`` driven through a configuration-dependent input map: the body force of a step
+    is ``B(g_k) u`` for the command ``u`` ``(m,)``, ``B(g) = input_map.matrix(g)`` ``(dim, m)``
+    evaluated at the step's initial configuration and held over the step (e.g. a
+    :class:`NeuralInputMap` of the pose's entries: a learned rotor-to-wrench map that changes
+    with the attitude).  The configuration-dependent counterpart of
+    :class:`~geomjax.control.trajopt.Actuated`; :func:`~geomjax.control.trajopt.solve_ocp`
+    and the adjoints take it like any method.  (``simulate`` checks controls against the
+    system's body-force width, so it does not accept commands of another width yet.)"""
+
+    method: AbstractMethod
+    input_map: eqx.Module
+
+    @property
+    def order(self):
+        return self.method.order
+
+    def supports(self, system) -> bool:
+        return self.method.supports(system)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        if control is None:
+            return self.method.step(system, state, dt, None, t)
+        g, _ = system.split(state)
+        return self.method.step(system, state, dt, self.input_map.matrix(g) @ control, t)
+
+
 def neural_leaves(system):
-    """``where`` selecting every floating array of the neural terms (:class:`NeuralPotential`,
-    :class:`NeuralDissipation`) of ``system`` — the default of :func:`fit_model`."""
+    """``where`` selecting every floating array of the neural terms' networks
+    (:class:`NeuralPotential`, :class:`NeuralDissipation`, :class:`NeuralInertia`,
+    :class:`NeuralInputMap`) of ``system`` — the default of :func:`fit_model`."""
 
     def is_neural(x):
-        return isinstance(x, NeuralPotential | NeuralDissipation)
+        return isinstance(x, NeuralPotential | NeuralDissipation | NeuralInertia | NeuralInputMap)
 
     mods = [x for x in jax.tree_util.tree_leaves(system, is_leaf=is_neural) if is_neural(x)]
     if not mods:
