@@ -114,7 +114,7 @@ if "--simulate" in sys.argv:  # the free body, saved every step and every 100th
         sol = gj.simulate(body, gj.LGVI(), s0, 0.01, 400, save_every=every)
         out[f"every{every}"] = {
             "R": sol.states.R.ravel().tolist(), "Pi": sol.states.Pi.ravel().tolist(),
-            "ts": sol.ts.tolist(), "residual": sol.stats["residual"].tolist(),
+            "ts": sol.times.tolist(), "residual": sol.stats["residual"].tolist(),
         }
 print(json.dumps(out))
 """

@@ -39,7 +39,7 @@ def run(out: Path, fast: bool) -> list:
     res = fit_parameters(guess, records, where, substeps=8, noise=1e-3)
     I_fit, rho_fit = (np.asarray(v) for v in res.values)
     zI, zr = res.z_scores((I_true, rho_true))
-    free = [Trajectory(r.ts[:21], r.g[:21]) for r in records[:1]]
+    free = [Trajectory(r.times[:21], r.g[:21]) for r in records[:1]]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bad = fit_parameters(guess, free, where, noise=1e-3, max_steps=30)

@@ -6,6 +6,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._internal.warn import renamed, warn
 from ..lie.base import LieGroup
 
 __all__ = ["Trajectory"]
@@ -15,7 +16,7 @@ class Trajectory(eqx.Module):
     """One recorded motion on a Lie group, sampled at uniformly spaced times.
 
     Arguments:
-        ts: ``(N,)`` sample times, strictly increasing and uniformly spaced (spread of the
+        times: ``(N,)`` sample times, strictly increasing and uniformly spaced (spread of the
             intervals ≤ 1e-6 of their mean, or the rounding of the times in their precision), ``N ≥ 2``.
         g: ``(N, *group.element_shape)`` measured configurations (orientations ``(N, 3, 3)``,
             poses ``(N, 4, 4)``), each within the group's tolerance of the group.
@@ -25,16 +26,29 @@ class Trajectory(eqx.Module):
             on each sample interval ``[t_k, t_{k+1}]`` (zero-order hold, as in
             :func:`geomjax.simulate`), or ``(N − 1, k)`` actuator commands (rotor thrusts) that
             the fitted model's method maps to body forces.
+
+    ``times`` and ``controls`` are the names of :class:`geomjax.Solution`'s and
+    :class:`~geomjax.control.trajopt.OCPSolution`'s fields (``ts`` is a deprecated alias).
     """
 
-    ts: jax.Array
+    times: jax.Array
     g: jax.Array
     xi: jax.Array | None = None
     controls: jax.Array | None = None
 
+    def __init__(self, times=None, g=None, xi=None, controls=None, *, ts=None):
+        self.times = renamed(times, ts, "Trajectory", "times", "ts")
+        self.g, self.xi, self.controls = g, xi, controls
+
+    @property
+    def ts(self):
+        """Deprecated alias of :attr:`times`."""
+        warn("Trajectory.ts is deprecated: use Trajectory.times", DeprecationWarning)
+        return self.times
+
     @property
     def num_samples(self) -> int:
-        return int(np.shape(self.ts)[0])
+        return int(np.shape(self.times)[0])
 
 
 def _float(x, name, where):
@@ -60,23 +74,23 @@ def check_trajectory(
         raise ValueError(
             f"{where}: argument '{name}' must be a geomjax.learn.Trajectory, got {type(traj).__name__}"
         )
-    ts = _float(traj.ts, f"{name}.ts", where)
+    ts = _float(traj.times, f"{name}.times", where)
     if ts.ndim != 1 or ts.shape[0] < 2:
         raise ValueError(
-            f"{where}: argument '{name}.ts' must be 1-d with ≥ 2 times, got {ts.shape}"
+            f"{where}: argument '{name}.times' must be 1-d with ≥ 2 times, got {ts.shape}"
         )
     d = np.diff(ts)
     if not np.all(d > 0):
         k = int(np.argmax(~(d > 0)))
         raise ValueError(
-            f"{where}: argument '{name}.ts' must be strictly increasing (ts[{k + 1}] = {ts[k + 1]} "
-            f"≤ ts[{k}] = {ts[k]})"
+            f"{where}: argument '{name}.times' must be strictly increasing (times[{k + 1}] = {ts[k + 1]} "
+            f"≤ times[{k}] = {ts[k]})"
         )
     # relative 1e-6, or the rounding of the times in their own precision (float32 records)
     tol = 1e-6 * d.mean() + 64 * np.finfo(ts.dtype).eps * np.max(np.abs(ts))
     if np.max(np.abs(d - d.mean())) > tol:
         raise ValueError(
-            f"{where}: argument '{name}.ts' must be uniformly spaced (intervals from {d.min():.6g} "
+            f"{where}: argument '{name}.times' must be uniformly spaced (intervals from {d.min():.6g} "
             f"to {d.max():.6g}); resample the record"
         )
     N = ts.shape[0]
@@ -85,7 +99,7 @@ def check_trajectory(
     if g.shape != want:
         raise ValueError(
             f"{where}: argument '{name}.g' must have shape {want} (one element of {group.name} per "
-            f"time in '{name}.ts'), got {g.shape}"
+            f"time in '{name}.times'), got {g.shape}"
         )
     defect = np.asarray(group.defect(g))
     tol = max(1e-6, 1e3 * float(np.finfo(g.dtype).eps))

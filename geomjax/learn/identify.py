@@ -377,7 +377,7 @@ def _problem(
         for b, i in enumerate(members):
             where_traj[i] = (len(tables), b)
             tr = trajs[i]
-            h = float(tr.ts[1] - tr.ts[0])
+            h = float(tr.times[1] - tr.times[0])
             g_obs = jnp.asarray(tr.g, dtype)
             u = np.zeros((S, L * substeps, m_u))
             if tr.controls is not None:
@@ -394,7 +394,7 @@ def _problem(
             hs.append(h)
             gs.append(g_obs[idx])
             us.append(u)
-            t0s.append(tr.ts[0] + h * L * np.arange(S))
+            t0s.append(tr.times[0] + h * L * np.arange(S))
             x0s.append(xi0)
         hs = np.asarray(hs)
         vn = (

@@ -135,7 +135,7 @@ def test_non_convergence_is_visible(small):
 @pytest.mark.parametrize(
     "bad, match",
     [
-        (lambda ts, R: Trajectory(ts[::-1], R), r"'data\.ts' must be strictly increasing"),
+        (lambda ts, R: Trajectory(ts[::-1], R), r"'data\.times' must be strictly increasing"),
         (lambda ts, R: Trajectory(ts, R[:-1]), r"'data\.g' must have shape"),
         (lambda ts, R: Trajectory(ts, R * 1.1), r"'data\.g' is far from SO3"),
         (
@@ -147,7 +147,7 @@ def test_non_convergence_is_visible(small):
             r"'data\.controls' must have shape",
         ),
         (lambda ts, R: Trajectory(ts, R, xi=np.zeros((len(ts), 2))), r"'data\.xi' must have shape"),
-        (lambda ts, R: Trajectory(ts**2, R), r"'data\.ts' must be uniformly spaced"),
+        (lambda ts, R: Trajectory(ts**2, R), r"'data\.times' must be uniformly spaced"),
     ],
 )
 def test_bad_data_named(small, bad, match):
@@ -192,7 +192,9 @@ def test_float32_fit_agrees_with_float64(small):
     f64 = fit_parameters(guess(), data, WHERE, substeps=4, noise=sig).check()
     data32 = [
         Trajectory(
-            d.ts.astype(np.float32), d.g.astype(np.float32), controls=d.controls.astype(np.float32)
+            d.times.astype(np.float32),
+            d.g.astype(np.float32),
+            controls=d.controls.astype(np.float32),
         )
         for d in data
     ]
@@ -242,3 +244,13 @@ def test_optimistix_solver_reaches_the_same_estimate(small):
     b = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3, solver=solver).check()
     for x, y, s in zip(a.values, b.values, a.std, strict=True):
         assert np.all(np.abs(np.asarray(x) - np.asarray(y)) < 1e-3 * s)
+
+
+def test_trajectory_times_and_the_deprecated_ts():
+    times, g = np.linspace(0.0, 1.0, 3), np.stack([np.eye(3)] * 3)
+    with pytest.warns(DeprecationWarning, match="'times'"):
+        old = Trajectory(ts=times, g=g)
+    np.testing.assert_array_equal(old.times, times)
+    with pytest.warns(DeprecationWarning, match="Trajectory.times"):
+        np.testing.assert_array_equal(old.ts, times)
+    assert Trajectory(times, g).num_samples == 3

@@ -143,11 +143,11 @@ def test_quadrotor_model_is_the_control_example():
     "bad, match",
     [
         (
-            lambda d: [d[0], Trajectory(d[1].ts, d[1].g, controls=d[1].controls[:, :3])],
+            lambda d: [d[0], Trajectory(d[1].times, d[1].g, controls=d[1].controls[:, :3])],
             r"one width",
         ),
         (
-            lambda d: [Trajectory(d[0].ts, d[0].g, controls=d[0].controls[:-1])],
+            lambda d: [Trajectory(d[0].times, d[0].g, controls=d[0].controls[:-1])],
             r"'data\.controls' must have shape \(10, 'k'\)",
         ),
     ],
