@@ -123,6 +123,15 @@ class AbstractMethod(eqx.Module):
         """Static check used by :func:`geomjax.simulate` to give a clear error."""
         return True
 
+    def control_shape(self, system) -> tuple[int, ...] | None:
+        """The shape of one step's control this method takes for ``system`` (checked by
+        :func:`geomjax.simulate`; ``None``: not checked).  Default: the system's body force
+        (one entry per velocity); a method that maps commands to forces (e.g.
+        :class:`~geomjax.control.trajopt.Actuated`) returns the commands' shape."""
+        from .simulate import _control_shape
+
+        return _control_shape(system)
+
     def validate(self, system) -> None:
         """Eager checks of the system's parameters for this method (raise ``ValueError``)."""
 

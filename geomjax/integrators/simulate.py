@@ -450,7 +450,7 @@ def simulate(
             f"simulate: argument 'save_every' must be a positive divisor of steps={steps}, got {save_every!r}"
         )
     _check_dt(dt)
-    _check_controls(system, controls, steps, state0, t0)
+    _check_controls(system, method, controls, steps, state0, t0)
     if getattr(method, "on_failure", None) == "raise" and not _traced(
         system, state0, dt, controls, t0
     ):
@@ -758,10 +758,11 @@ def _control_shape(system) -> tuple[int, ...] | None:
     return None
 
 
-def _check_controls(system, controls, steps, state0, t0) -> None:
-    """Shape of a control array (leading axis ``steps``, then the control shape of the system)
-    or of a feedback's output (traced abstractly, not run)."""
-    want = _control_shape(system)
+def _check_controls(system, method, controls, steps, state0, t0) -> None:
+    """Shape of a control array (leading axis ``steps``, then the control shape the method takes
+    for the system, :meth:`AbstractMethod.control_shape`) or of a feedback's output (traced
+    abstractly, not run)."""
+    want = method.control_shape(system)
     if controls is None or want is None:
         return
     if callable(controls) and not isinstance(controls, jax.Array):
@@ -785,7 +786,7 @@ def _check_controls(system, controls, steps, state0, t0) -> None:
     if shape[1:] != want:
         raise ValueError(
             f"simulate: argument 'controls' must have shape {(steps, *want)} for "
-            f"{type(system).__name__} (one body force per step), got {shape}"
+            f"{type(system).__name__} and {type(method).__name__} (one control per step), got {shape}"
         )
 
 

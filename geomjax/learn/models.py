@@ -329,8 +329,8 @@ class InputMapped(AbstractMethod):
     :class:`NeuralInputMap` of the pose's entries: a learned rotor-to-wrench map that changes
     with the attitude).  The configuration-dependent counterpart of
     :class:`~geomjax.control.trajopt.Actuated`; :func:`~geomjax.control.trajopt.solve_ocp`
-    and the adjoints take it like any method.  (``simulate`` checks controls against the
-    system's body-force width, so it does not accept commands of another width yet.)"""
+    and the adjoints take it like any method, and :func:`geomjax.simulate` takes commands of its
+    width (:meth:`control_shape`)."""
 
     method: AbstractMethod
     input_map: eqx.Module
@@ -341,6 +341,10 @@ class InputMapped(AbstractMethod):
 
     def supports(self, system) -> bool:
         return self.method.supports(system)
+
+    def control_shape(self, system):
+        m = getattr(self.input_map, "m", None)  # the commands' width (None: not checked)
+        return None if m is None else (m,)
 
     def step(self, system, state, dt, control=None, t=0.0):
         if control is None:

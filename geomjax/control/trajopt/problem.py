@@ -30,6 +30,9 @@ class _WrappedMethod(AbstractMethod):
     def supports(self, system) -> bool:
         return self.method.supports(system)
 
+    def control_shape(self, system):
+        return self.method.control_shape(system)
+
 
 class Actuated(_WrappedMethod):
     """``method`` driven through a constant actuation matrix: the body force of a step is
@@ -39,6 +42,9 @@ class Actuated(_WrappedMethod):
 
     method: AbstractMethod
     matrix: jax.Array
+
+    def control_shape(self, system):
+        return (jnp.shape(self.matrix)[-1],)  # the commands, not the body force
 
     def step(self, system, state, dt, control=None, t=0.0):
         u = None if control is None else self.matrix @ control
