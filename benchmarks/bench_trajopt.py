@@ -316,6 +316,8 @@ def _batch_worker(sizes, serial):
                 compile_s=first - wall,
             )
         )
+    if not serial:
+        return rows
     T = jnp.asarray(np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (serial, 3)))
     jax.block_until_ready(single(T[0]).controls)
     t0 = time.perf_counter()
@@ -390,12 +392,14 @@ def speed_rows(fast, checkouts):
 
 
 def batch_speed_rows(fast, checkouts):
-    """(e): batched quadrotor problems per checkout."""
+    """(e): batched quadrotor problems, each batch size (and the one-by-one solves) in a fresh
+    process per checkout, the checkouts alternated."""
     sizes, serial = ([1, 8, 32], 8) if fast else ([1, 64, 256, 1024], 32)
     rows = []
-    for name, path in checkouts:
-        for r in _in_fresh_process(path, ["batch", sizes, serial], timeout=7200) or []:
-            rows.append(dict(code=name, **r))
+    for args in [[[B], 0] for B in sizes] + [[[], serial]]:
+        for name, path in checkouts:
+            for r in _in_fresh_process(path, ["batch", *args], timeout=7200) or []:
+                rows.append(dict(code=name, **r))
     return rows
 
 
@@ -407,7 +411,7 @@ def main(argv=None):
         print(json.dumps(out))
         return
     fast = fast_mode(argv)
-    if "--speed-only" in argv:  # (d) and (e) alone
+    if "--speed-only" in argv or "--batch-only" in argv:  # (d) and (e) alone, or (e)
         _speed_main(fast, argv)
         return
     load_start = os.getloadavg()
@@ -441,7 +445,7 @@ def _speed_main(fast, argv):
     """(d) and (e), written to ``bench_trajopt_speed.json``."""
     load_start = os.getloadavg()
     checkouts = _checkouts(argv)
-    srows = speed_rows(fast, checkouts)
+    srows = [] if "--batch-only" in argv else speed_rows(fast, checkouts)
     cols = ["problem", "solver", "code", "status", "cost", "iterations", "compile_s"]
     cols += ["ms_per_solve", "ms_per_iter", "jaxpr_eqns"]
     if srows:
