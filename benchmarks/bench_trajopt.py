@@ -13,6 +13,15 @@ crocoddyl.
     penalty): iterations and wall time to the same final cost.
 (c) batches of attitude problems (random targets) under ``vmap``: problems per second against the
     same problems solved one after another.
+(d) compile and run speed of the solvers, each worked problem and solver in a fresh process
+    (:func:`speed_rows`): cost, iterations, compile s, ms per solve, ms per iteration and the
+    size of the solve's program (jaxpr equations, nested ones included); with
+    ``--baseline PATH`` (or ``GEOMJAX_BASELINE``: another geomjax checkout, e.g. the main
+    branch) the same measurements of that checkout in the same run, alternated, and the
+    ratios.
+(e) quadrotor problems under ``vmap`` (:func:`batch_speed_rows`): targets uniform within ±1 m of
+    (1, 0, 1), problems per second at batch 1, 64, 256, 1024 (``--fast``: 1, 8, 32) against the
+    same problems solved one after another, and how many converged (baseline as in (d)).
 Table + JSON (``benchmarks/results/bench_trajopt.json``).
 """
 
@@ -23,6 +32,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +45,8 @@ import geomjax as gj  # noqa: E402
 from geomjax.control import bound_penalty, optimize  # noqa: E402
 from geomjax.control.examples import attitude_problem, quadrotor_problem  # noqa: E402
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp  # noqa: E402
+
+_HERE = Path(__file__).resolve().parent
 
 CROC_SCRIPT = r"""
 import json, sys, time
@@ -217,8 +229,193 @@ def batch_rows(fast):
     ]
 
 
+# --- (d), (e): compile and run speed, each measurement in a fresh process ----------------------
+SPEED_CASES = ("quadrotor", "quadrotor (0.1≤f≤5)", "attitude N=40")
+
+
+def _speed_problem(case):
+    if case.startswith("quadrotor"):
+        return quadrotor_problem(bounded="≤" in case), 100
+    steps = int(case.split("N=")[1])
+    prob = attitude_problem(
+        torque_max=0.2, exact_target=False, steps=steps, method=gj.RKMK4(), weight=100.0
+    )
+    return prob, 200
+
+
+def _count_equations(jaxpr) -> int:
+    """Equations of a jaxpr, those of the nested jaxprs (loop bodies, branches) included."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += 1
+        for p in eqn.params.values():
+            for q in p if isinstance(p, tuple | list) else (p,):
+                if isinstance(q, ClosedJaxpr):
+                    n += _count_equations(q.jaxpr)
+                elif isinstance(q, Jaxpr):
+                    n += _count_equations(q)
+    return n
+
+
+def _speed_worker(case, solver_name):
+    """One worked problem and solver in this (fresh) process: the first solve's wall time less
+    a compiled solve's is the compile time."""
+    prob, max_iters = _speed_problem(case)
+    tol = 1e-9 if case.startswith("quadrotor") else None
+    solver = {"ILQR": ILQR, "DDP": DDP}[solver_name](tol=tol)
+    t0 = time.perf_counter()
+    sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
+    jax.block_until_ready(sol.controls)
+    first = time.perf_counter() - t0
+    walls = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
+        jax.block_until_ready(sol.controls)
+        walls.append(time.perf_counter() - t0)
+    jaxpr = jax.make_jaxpr(lambda p: solve_ocp(p, solver, max_iters=max_iters))(prob)
+    n = int(sol.iterations)
+    return dict(
+        status=sol.stop_reason,
+        cost=float(sol.cost),
+        iterations=n,
+        compile_s=first - min(walls),
+        ms_per_solve=1e3 * min(walls),
+        ms_per_iter=1e3 * min(walls) / n,
+        jaxpr_eqns=_count_equations(jaxpr.jaxpr),
+    )
+
+
+def _batch_worker(sizes, serial):
+    """Quadrotor iLQR under ``vmap`` at each batch size and one after another: problems/s."""
+    rng = np.random.default_rng(0)
+
+    def one(target):
+        return solve_ocp(quadrotor_problem(target=target), ILQR(tol=1e-9), max_iters=100)
+
+    batched, single = jax.jit(jax.vmap(one)), jax.jit(one)
+    rows = []
+    for B in sizes:
+        T = jnp.asarray(np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (B, 3)))
+        t0 = time.perf_counter()
+        out = batched(T)
+        jax.block_until_ready(out.controls)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = batched(T)
+        jax.block_until_ready(out.controls)
+        wall = time.perf_counter() - t0
+        it = np.asarray(out.iterations)
+        rows.append(
+            dict(
+                mode=f"vmap batch {B}",
+                problems_per_s=B / wall,
+                converged=f"{int(np.sum(np.asarray(out.status) == 0))}/{B}",
+                max_iterations=int(it.max()),
+                mean_iterations=float(it.mean()),
+                compile_s=first - wall,
+            )
+        )
+    if not serial:
+        return rows
+    T = jnp.asarray(np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (serial, 3)))
+    jax.block_until_ready(single(T[0]).controls)
+    t0 = time.perf_counter()
+    ok, its = 0, []
+    for t in T:
+        out = single(t)
+        ok += int(out.status) == 0
+        its.append(int(out.iterations))
+    wall = time.perf_counter() - t0
+    rows.append(
+        dict(
+            mode="one after another",
+            problems_per_s=serial / wall,
+            converged=f"{ok}/{serial}",
+            max_iterations=max(its),
+            mean_iterations=float(np.mean(its)),
+            compile_s=float("nan"),
+        )
+    )
+    return rows
+
+
+def _in_fresh_process(checkout, args, timeout=1800):
+    """Run this script's worker ``args`` in a new Python whose ``geomjax`` is ``checkout``'s."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(checkout), str(_HERE)]))
+    cmd = [sys.executable, str(_HERE / "bench_trajopt.py"), "--worker", json.dumps(args)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except Exception as e:
+        print(f"worker {args} in {checkout} failed: {e}")
+        return None
+
+
+def _checkouts(argv):
+    """This checkout, then the baseline one (``--baseline PATH`` / ``GEOMJAX_BASELINE``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    base = os.environ.get("GEOMJAX_BASELINE")
+    if "--baseline" in argv:
+        base = argv[argv.index("--baseline") + 1]
+    out = [("this", _HERE.parent)]
+    if base:
+        out.append(("baseline", Path(base).resolve()))
+    return out
+
+
+def speed_rows(fast, checkouts):
+    """(d): each (problem, solver) in a fresh process per checkout, checkouts alternated."""
+    cases = SPEED_CASES[:1] + SPEED_CASES[2:] if fast else SPEED_CASES
+    rows = []
+    for case in cases:
+        for solver in ("ILQR", "DDP"):
+            found = {}
+            for name, path in checkouts:
+                r = _in_fresh_process(path, ["speed", case, solver])
+                if r is not None:
+                    found[name] = r
+                    rows.append(dict(problem=case, solver=solver, code=name, **r))
+            if len(found) == 2:
+                a, b = found["this"], found["baseline"]
+                rows.append(
+                    dict(
+                        problem=case,
+                        solver=solver,
+                        code="baseline / this",
+                        compile_s=b["compile_s"] / a["compile_s"],
+                        ms_per_iter=b["ms_per_iter"] / a["ms_per_iter"],
+                        jaxpr_eqns=b["jaxpr_eqns"] / a["jaxpr_eqns"],
+                    )
+                )
+    return rows
+
+
+def batch_speed_rows(fast, checkouts):
+    """(e): batched quadrotor problems, each batch size (and the one-by-one solves) in a fresh
+    process per checkout, the checkouts alternated."""
+    sizes, serial = ([1, 8, 32], 8) if fast else ([1, 64, 256, 1024], 32)
+    rows = []
+    for args in [[[B], 0] for B in sizes] + [[[], serial]]:
+        for name, path in checkouts:
+            for r in _in_fresh_process(path, ["batch", *args], timeout=7200) or []:
+                rows.append(dict(code=name, **r))
+    return rows
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--worker" in argv:  # a measurement in this fresh process (speed_rows, batch_speed_rows)
+        kind, *args = json.loads(argv[argv.index("--worker") + 1])
+        out = _speed_worker(*args) if kind == "speed" else _batch_worker(*args)
+        print(json.dumps(out))
+        return
     fast = fast_mode(argv)
+    if "--speed-only" in argv or "--batch-only" in argv:  # (d) and (e) alone, or (e)
+        _speed_main(fast, argv)
+        return
     load_start = os.getloadavg()
     cols = [
         "problem",
@@ -243,6 +440,26 @@ def main(argv=None):
     write_json(
         "bench_trajopt", dict(quadrotor=qrows, attitude=arows, batch=brows, load_average=load)
     )
+    _speed_main(fast, argv)
+
+
+def _speed_main(fast, argv):
+    """(d) and (e), written to ``bench_trajopt_speed.json``."""
+    load_start = os.getloadavg()
+    checkouts = _checkouts(argv)
+    srows = [] if "--batch-only" in argv else speed_rows(fast, checkouts)
+    cols = ["problem", "solver", "code", "status", "cost", "iterations", "compile_s"]
+    cols += ["ms_per_solve", "ms_per_iter", "jaxpr_eqns"]
+    if srows:
+        print_table(srows, cols, "(d) compile and run speed (each in a fresh process)")
+    bcols = ["code", "mode", "problems_per_s", "converged", "max_iterations", "mean_iterations"]
+    bcols += ["compile_s"]
+    brows = batch_speed_rows(fast, checkouts)
+    if brows:
+        print_table(brows, bcols, "(e) quadrotor problems under vmap (targets ±1 m of (1, 0, 1))")
+    load = dict(start=load_start, end=os.getloadavg())
+    print("load average (1, 5, 15 min): start", load["start"], "end", load["end"])
+    write_json("bench_trajopt_speed", dict(speed=srows, batch=brows, load_average=load))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,31 @@
 """The backward pass: the Riccati recursion of DDP / iLQR with multiple-shooting gaps, and the
-box-constrained QP of its control-limited variant."""
+box-constrained QP of its control-limited variant.
+
+Its algebra is small and fixed-size (``n + m ≲ 20``) and runs once per node inside a
+``lax.scan``, where XLA:CPU runs every operation as a kernel of its own: the cost is the number of
+operations, not the flops.  So the ``m × m`` factorizations and solves are unrolled
+(:func:`geomjax._linalg.small_cholesky`, no LAPACK call per node), the quadratic model of a node is
+two products with the stacked Jacobian ``[A B]``, and the box QP stops once its active set has
+settled (a ``while`` with the iteration cap, the same iterates as running all of them)."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
+from ..._linalg import small_cho_solve, small_cholesky
 from .linearize import _dynamics_curvature
 from .problem import _index
 
 __all__ = ["box_qp"]
+
+
+def _cholesky(H):
+    return small_cholesky(H)
+
+
+def _cho_solve(L, b):
+    return small_cho_solve(L, b)
 
 
 def box_qp(H, g, lower, upper, x0, iters: int = 20, line_steps: int = 12):
@@ -18,16 +34,17 @@ def box_qp(H, g, lower, upper, x0, iters: int = 20, line_steps: int = 12):
     out of the box, a Newton step on the free block, and a projected Armijo line search.
 
     Arguments: ``H`` ``(m, m)`` SPD on the free block, ``g``, ``lower``, ``upper``, ``x0`` ``(m,)``
-    (the warm start); a fixed number of iterations (jittable, vmappable).
+    (the warm start); at most ``iters`` iterations (a ``while`` that stops once a step no longer
+    moves the iterate or the free gradient is at round-off; jittable, vmappable).
 
     Returns ``(x, free, chol, ok)``: the minimizer, the free mask ``(m,)``, the Cholesky factor of
     ``H`` restricted to the free block (identity on the clamped rows, for the feedback gains) and
     whether the factorization succeeded (False when the free block is not positive definite)."""
     m = g.shape[0]
-    eye = jnp.eye(m, dtype=H.dtype)
-
-    def f(x):
-        return 0.5 * x @ H @ x + g @ x
+    dtype = H.dtype
+    eye = jnp.eye(m, dtype=dtype)
+    s = 0.5 ** jnp.arange(line_steps, dtype=dtype)
+    small_g = 1e3 * jnp.finfo(dtype).eps * (1 + jnp.max(jnp.abs(g)))
 
     def active(x):
         grad = g + H @ x
@@ -35,32 +52,29 @@ def box_qp(H, g, lower, upper, x0, iters: int = 20, line_steps: int = 12):
         return ~clamped, grad
 
     def factor(free):
-        Hf = jnp.where(free[:, None] & free[None, :], H, eye)
-        return jnp.linalg.cholesky(Hf)
+        return _cholesky(jnp.where(free[:, None] & free[None, :], H, eye))
 
-    def body(_, carry):
-        x, done = carry
+    def body(carry):
+        i, x, done = carry
         free, grad = active(x)
         L = factor(free)
         # Newton target on the free block with the clamped coordinates held
         rhs = jnp.where(free, -(g + H @ jnp.where(free, 0.0, x)), 0.0)
-        y = jax.scipy.linalg.cho_solve((L, True), rhs)
-        dx = jnp.where(free, y - x, 0.0)
-        f0 = f(x)
-        s = 0.5 ** jnp.arange(line_steps, dtype=H.dtype)
-        trial = jnp.clip(x[None] + s[:, None] * dx[None], lower, upper)
-        ft = jax.vmap(f)(trial)
-        ok = ft <= f0 + 0.1 * (trial - x[None]) @ grad
-        ok = ok & jnp.isfinite(ft)
+        dx = jnp.where(free, _cho_solve(L, rhs) - x, 0.0)
+        # the projected Armijo search, all step lengths at once: f(x + d) - f(x) for the trial
+        # steps d = clip(x + s dx) - x, as (½ H d + grad)·d
+        d = jnp.clip(x[None] + s[:, None] * dx[None], lower, upper) - x[None]
+        df = jnp.sum(d * (0.5 * d @ H + grad[None]), 1)
+        ok = (df <= 0.1 * (d @ grad)) & jnp.isfinite(df)
         j = jnp.argmax(ok)
         moved = jnp.any(ok) & ~done
-        x1 = jnp.where(moved, trial[j], x)
+        x1 = jnp.where(moved, x + d[j], x)
         gfree = jnp.max(jnp.abs(jnp.where(free, grad, 0.0)), initial=0.0)
-        small = gfree <= 1e3 * jnp.finfo(H.dtype).eps * (1 + jnp.max(jnp.abs(g)))
-        return x1, done | ~jnp.any(ok) | small
+        return i + 1, x1, done | ~jnp.any(ok) | (gfree <= small_g)
 
     x = jnp.clip(x0, lower, upper)
-    x, _ = jax.lax.fori_loop(0, iters, body, (x, jnp.zeros((), bool)))
+    init = (jnp.zeros((), jnp.int32), x, jnp.zeros((), bool))
+    _, x, _ = jax.lax.while_loop(lambda c: (c[0] < iters) & ~c[2], body, init)
     free, _ = active(x)
     L = factor(free)
     ok = jnp.all(jnp.isfinite(L))
@@ -77,36 +91,36 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg)
     def body(carry, inp):
         Vx, Vxx = carry
         li, f_next, u, kp, x, xn, t = inp
-        A, B = li["A"], li["B"]
-        H = li["hess"]
+        J = li["J"]  # [A B] (n, n + m)
         Vx_eff = Vx + Vxx @ f_next
-        Qx = li["lx"] + A.T @ Vx_eff
-        Qu = li["lu"] + B.T @ Vx_eff
-        Qxx = H[:n, :n] + A.T @ Vxx @ A
-        Qux = H[n:, :n] + B.T @ Vxx @ A
-        Quu = H[n:, n:] + B.T @ Vxx @ B
+        VJ = Vxx @ J
+        # the quadratic model [Q_xx Q_xu; Q_ux Q_uu] and [Q_x; Q_u] in two products with [A B]
+        Q = li["hess"] + J.T @ VJ
+        q = li["grad"] + Vx_eff @ J
         if solver.second_order:
-            S = _dynamics_curvature(problem, x, u, xn, t, Vx_eff)
-            Qxx = Qxx + S[:n, :n]
-            Qux = Qux + S[n:, :n]
-            Quu = Quu + S[n:, n:]
-        Quu = 0.5 * (Quu + Quu.T)
+            Q = Q + _dynamics_curvature(problem, x, u, xn, t, Vx_eff)
+        Qx, Qu = q[:n], q[n:]
+        Qxx, Qux = Q[:n, :n], Q[n:, :n]
+        Quu = 0.5 * (Q[n:, n:] + Q[n:, n:].T)
         Hr = Quu + reg * eye
         if problem.bounded:
             kff, free, L, ok = box_qp(
                 Hr, Qu, problem.lower - u, problem.upper - u, kp, solver.qp_iters
             )
             rhs = jnp.where(free[:, None], Qux, 0.0)
-            K = jnp.where(free[:, None], -jax.scipy.linalg.cho_solve((L, True), rhs), 0.0)
+            K = jnp.where(free[:, None], -_cho_solve(L, rhs), 0.0)
         else:
-            L = jnp.linalg.cholesky(Hr)
+            L = _cholesky(Hr)
             ok = jnp.all(jnp.isfinite(L))
-            sol = -jax.scipy.linalg.cho_solve((L, True), jnp.concatenate([Qu[:, None], Qux], 1))
+            sol = -_cho_solve(L, jnp.concatenate([Qu[:, None], Qux], 1))
             kff, K = sol[:, 0], sol[:, 1:]
-        Vx1 = Qx + K.T @ Quu @ kff + K.T @ Qu + Qux.T @ kff
-        Vxx1 = Qxx + K.T @ Quu @ K + K.T @ Qux + Qux.T @ K
+        # V_x = Q_x + Kᵀ(Q_uu k + Q_u) + Q_uxᵀ k,  V_xx = Q_xx + Kᵀ(Q_uu K + Q_ux) + Q_uxᵀ K
+        Quu_k = Quu @ kff
+        Vx1 = Qx + (Quu_k + Qu) @ K + kff @ Qux
+        QuxK = Qux.T @ K
+        Vxx1 = Qxx + K.T @ (Quu @ K) + QuxK + QuxK.T
         Vxx1 = 0.5 * (Vxx1 + Vxx1.T)
-        out = dict(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu @ kff, ok=ok)
+        out = dict(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu_k, ok=ok)
         return (Vx1, Vxx1), out
 
     inputs = (lin, gaps_next, us, k_prev, _index(xs, slice(None, -1)), _index(xs, slice(1, None)))

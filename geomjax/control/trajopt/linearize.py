@@ -44,7 +44,7 @@ def _linearize(problem, xs, us, duals):
                 lambda z: problem.path_inequality(t, *at(z)), li, duals.penalty, False, z0
             )
             grad, hess = grad + g_, hess + h_
-        return dict(gap=gap, A=J[:, :n], B=J[:, n:], lx=grad[:n], lu=grad[n:], hess=hess)
+        return dict(gap=gap, J=J, grad=grad, hess=hess)
 
     lin = jax.vmap(node)(x_run, us, x_next, problem.times, duals.path_eq, duals.path_ineq)
 
