@@ -37,11 +37,11 @@ jax.config.update("jax_enable_x64", True)
 
 import equinox as eqx  # noqa: E402
 
+# the problem of bench_work_precision (its constants and the matrix-form equations of diffrax)
+from bench_work_precision import MOMENTS, PI0, R0, rhs  # noqa: E402
+
 import geomjax as gj  # noqa: E402
 
-MOMENTS = np.array([1.0, 2.0, 3.0])
-PI0 = np.array([0.8, -0.3, 1.1])
-R0 = np.asarray(gj.SO3.exp(jnp.array([0.3, -0.2, 0.5])))
 LEVELS = (1e-6, 1e-8, 1e-10, 1e-12)
 SAMPLES = 1000
 
@@ -86,14 +86,7 @@ def geomjax_run(method, T):
 def diffrax_run(solver, T):
     import diffrax
 
-    m = jnp.asarray(MOMENTS)
-
-    def rhs(t, y, args):
-        R, Pi = y[:9].reshape(3, 3), y[9:]
-        Om = Pi / m
-        return jnp.concatenate([(R @ gj.SO3.hat(Om)).reshape(9), jnp.cross(Pi, Om)])
-
-    term = diffrax.ODETerm(rhs)
+    term = diffrax.ODETerm(lambda t, y, args: rhs(y, jnp.asarray(MOMENTS)))
     y0 = jnp.concatenate([jnp.asarray(R0).reshape(9), jnp.asarray(PI0)])
     ts = jnp.linspace(T / SAMPLES, T, SAMPLES)
 
