@@ -128,9 +128,7 @@ class AbstractMethod(eqx.Module):
         :func:`geomjax.simulate`; ``None``: not checked).  Default: the system's body force
         (one entry per velocity); a method that maps commands to forces (e.g.
         :class:`~geomjax.control.trajopt.Actuated`) returns the commands' shape."""
-        from .simulate import _control_shape
-
-        return _control_shape(system)
+        return body_force_shape(system)
 
     def validate(self, system) -> None:
         """Eager checks of the system's parameters for this method (raise ``ValueError``)."""
@@ -160,3 +158,19 @@ def needs_reorthonormalization(flag: bool | None, dtype) -> bool:
     """The ``reorthonormalize`` policy of the methods: ``None`` means float32 and below, where
     rounding would let the group defect random-walk away (see :meth:`LieGroup.renormalize`)."""
     return bool(flag) or (flag is None and jnp.finfo(dtype).bits <= 32)
+
+
+def body_force_shape(system) -> tuple[int, ...] | None:
+    """The shape of one body force of ``system`` (one entry per velocity; None: unknown)."""
+    from ..systems.base import AbstractLieGroupSystem
+    from ..systems.nonholonomic import AbstractNonholonomicSystem
+
+    if isinstance(system, AbstractNonholonomicSystem):
+        return (system.n_velocities,)
+    if isinstance(system, AbstractLieGroupSystem):
+        return (system.group.dim,)
+    from ..variational.hamel import HamelSystem
+
+    if isinstance(system, HamelSystem):  # a force covector in the frame
+        return (system.dim,)
+    return None

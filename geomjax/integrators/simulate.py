@@ -742,22 +742,6 @@ def _check_dt(dt) -> None:
         raise ValueError(f"simulate: argument 'dt' must be finite and positive, got {val!r}")
 
 
-def _control_shape(system) -> tuple[int, ...] | None:
-    """The per-step control shape of ``system`` (None: unknown, not checked)."""
-    from ..systems.base import AbstractLieGroupSystem
-    from ..systems.nonholonomic import AbstractNonholonomicSystem
-
-    if isinstance(system, AbstractNonholonomicSystem):
-        return (system.n_velocities,)
-    if isinstance(system, AbstractLieGroupSystem):
-        return (system.group.dim,)
-    from ..variational.hamel import HamelSystem
-
-    if isinstance(system, HamelSystem):  # a force covector in the frame
-        return (system.dim,)
-    return None
-
-
 def _check_controls(system, method, controls, steps, state0, t0) -> None:
     """Shape of a control array (leading axis ``steps``, then the control shape the method takes
     for the system, :meth:`AbstractMethod.control_shape`) or of a feedback's output (traced
