@@ -281,7 +281,7 @@ def main():
         raise SystemExit(
             f"the CasADi model differs from geomjax's by {gap:.2e}: not the same problem"
         )
-    rows, out = [], {"model_gap": gap, "cases": []}
+    rows, out = [], {"model_gap": gap, "cases": {}}
     for bounded in (False, True):
         ours = {}
         for name, solver in (("geomjax DDP", DDP()), ("geomjax iLQR", ILQR())):
@@ -322,12 +322,14 @@ def main():
                 for k, v in {**ours, **theirs}.items()
             },
         }
-        out["cases"].append(case)
+        out["cases"][label] = case  # keyed by the thrusts (the table is "table")
         print(
             f"[{label}] CasADi's cost of geomjax DDP's controls: {J:.10e} (geomjax: {ours['geomjax DDP']['cost']:.10e})"
         )
     print_table(rows, list(rows[0]), "quadrotor: geomjax and CasADi/IPOPT, same problem")
     out["threads"] = os.environ.get("OMP_NUM_THREADS", "unset")
+    out["table"] = rows
+    out["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     write_json("bench_casadi", out)
     return 0
 
