@@ -19,6 +19,7 @@ BENCHMARKS = {
     "long-horizon": "bench_long_horizon.py",
     "mpc": "bench_mpc.py",
     "adjoint": "bench_adjoint.py",
+    "gradient-cost": "bench_gradient_cost.py",
     "variational": "bench_variational.py",
     "reconstruction": "bench_reconstruction.py",
     "control": "bench_control.py",

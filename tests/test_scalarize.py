@@ -281,3 +281,29 @@ def test_program_cache_never_keeps_a_tracer_of_an_enclosing_trace():
         np.testing.assert_allclose(
             jax.jit(lambda a, x: f(a, x))(jnp.asarray(a), x), a * x, rtol=1e-15
         )
+
+
+def test_program_cache_keeps_programs_traced_in_shard_map_apart():
+    """A scalar program traced inside ``shard_map`` holds its manual mesh: the same function
+    called outside (same shapes) must get its own program, not that one (JAX refuses to mix
+    the meshes).  One device is enough to give a manual mesh."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    def cross(a, b):
+        return jnp.cross(a, b)
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
+    a = jnp.ones((4, 3))
+    b = jnp.arange(12.0).reshape(4, 3)
+    inside = jax.jit(
+        jax.shard_map(
+            lambda a, b: jax.vmap(scalarize(cross))(a, b),
+            mesh=mesh,
+            in_specs=(P("batch"), P("batch")),
+            out_specs=P("batch"),
+        )
+    )(a, b)
+    outside = jax.jit(jax.vmap(scalarize(cross)))(a, b)
+    np.testing.assert_allclose(inside, np.cross(a, b), rtol=1e-6)
+    np.testing.assert_allclose(outside, np.cross(a, b), rtol=1e-6)

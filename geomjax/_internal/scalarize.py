@@ -538,7 +538,12 @@ def _program_key(fun, treedef, static, leaves, max_size):
         return None
     from .._linalg import _PLAIN_STACKS  # the stacking mode of join (adjoint backward passes)
 
-    avals = tuple((tuple(np.shape(x)), np.dtype(x.dtype), jax.typeof(x).weak_type) for x in leaves)
+    # (with the sharding of the avals and the ambient mesh: a program traced inside shard_map
+    # holds its manual mesh, which a call outside it must not reuse)
+    avals = tuple(
+        (tuple(np.shape(x)), np.dtype(x.dtype), jax.typeof(x).weak_type, _sharding_of(x))
+        for x in leaves
+    )
     key = (
         ident,
         treedef,
@@ -547,12 +552,17 @@ def _program_key(fun, treedef, static, leaves, max_size):
         max_size,
         _PLAIN_STACKS[-1],
         bool(jax.config.jax_enable_x64),
+        jax.sharding.get_abstract_mesh(),
     )
     try:
         hash(key)
     except TypeError:  # arrays or other unhashable values in the function or the static part
         return None
     return key
+
+
+def _sharding_of(x):
+    return getattr(jax.typeof(x), "sharding", None)
 
 
 def _remember(key, program):

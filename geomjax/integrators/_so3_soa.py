@@ -545,12 +545,17 @@ def bjorck(R):
     return matmul(R, M)
 
 
+def _potential_gradient(system, R):
+    """The Euclidean gradient of the potential at the rotation entries ``R`` (9 scalars)."""
+    Rm = jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)])
+    G = jax.grad(system.potential_energy)(Rm)
+    return tuple(G[i, j] for i in range(3) for j in range(3))
+
+
 def potential_force(system, R):
     """``−dV`` for rotation entries ``R`` (9 scalars): ``−vee(R^T ∇V − ∇V^T R)`` written out, with
     ``∇V`` the Euclidean gradient of the potential at the matrix ``R``."""
-    Rm = jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)])
-    G = jax.grad(system.potential_energy)(Rm)
-    Gs = tuple(G[i, j] for i in range(3) for j in range(3))
+    Gs = _potential_gradient(system, R)
 
     def A(i, j):  # (R^T G)_ij
         return R[i] * Gs[j] + R[3 + i] * Gs[3 + j] + R[6 + i] * Gs[6 + j]
@@ -663,3 +668,105 @@ def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False, K
         if need_h:
             ct_h = ct_h + 0.5 * dot(u, sb)
     return ct_R, ct_b, ct_I, ct_h, ct_u
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
+def cayley_step(I, R, b, h, x, scalar_solve):
+    """The explicit part of the free-body Cayley LGVI step given the root ``x`` of the discrete
+    Legendre transform (:func:`cayley_residual` ``= 0`` for ``(I, b, h)``; ``scalar_solve``:
+    its factor ``c = 4/(4 + h²|x|²)`` from :func:`cayley_guess`, as a pair ``(x, c)`` in
+    ``x``, else ``x`` alone):
+
+        R1 = R (1 + K),    Pi1 = (1 + K)^T b,    K = cay(h x) − 1     (:func:`cay_increment`).
+
+    Differentiated as a function of ``(I, R, b, h)`` — ``x`` solves the Legendre transform, its
+    derivatives follow from the implicit function theorem — by the hand-written
+    vector–Jacobian product :func:`lgvi_step_vjp`: the JVP is its transpose
+    (``jax.linear_transpose``), so reverse mode, which transposes the JVP again, runs the
+    hand-written product itself (about 300 scalar operations) instead of JAX's transpose of
+    the linearized step, and forward mode still works (a ``custom_vjp`` would refuse
+    ``jax.jvp``).  The tangent given for ``x`` is ignored."""
+    x, c = x if scalar_solve else (x, None)
+    K = cay_increment(tuple(h * xi for xi in x), c)
+    return matmul_increment(R, K), rotate_increment(K, b)
+
+
+def _is_zero(t):
+    return all(type(leaf) is jax.custom_derivatives.SymbolicZero for leaf in _leaves(t))
+
+
+def _leaves(t):
+    return jax.tree_util.tree_leaves(
+        t, is_leaf=lambda v: type(v) is jax.custom_derivatives.SymbolicZero
+    )
+
+
+def _materialize(t, p):
+    return jax.tree_util.tree_map(
+        lambda ti, pi: (
+            jnp.zeros_like(pi) if type(ti) is jax.custom_derivatives.SymbolicZero else ti
+        ),
+        t,
+        p,
+        is_leaf=lambda v: type(v) is jax.custom_derivatives.SymbolicZero,
+    )
+
+
+def cayley_psi(x, args):
+    """``psi = c' I x + h/2 x × b − b``, ``c' = 1 + h²/4 |x|²``: the discrete Legendre transform
+    with the root of :func:`cayley_residual` (``(1 − h/2 hat(x))`` times it), in the form whose
+    Jacobian :func:`cayley_psi_jac_solve` holds for any ``I``, symmetric or not (a second
+    derivative along a perturbation of the 9 entries of the inertia needs that)."""
+    I, b, h = args
+    y = inertia_apply(I, x)
+    cc = 1.0 + 0.25 * h * h * dot(x, x)
+    xb = cross(x, b)
+    return tuple(cc * y[i] + 0.5 * h * xb[i] - b[i] for i in range(3))
+
+
+def cayley_psi_jac_solve(x, args, r):
+    """Solve ``J d = r``, ``J = c' I + h²/2 (I x) x^T − h/2 hat(b)`` (:func:`cayley_psi`)."""
+    I, b, h = args
+    y = inertia_apply(I, x)
+    cc = 1.0 + 0.25 * h * h * dot(x, x)
+    Im = I if len(I) == 9 else (I[0], 0.0, 0.0, 0.0, I[1], 0.0, 0.0, 0.0, I[2])
+    hb = tuple(0.5 * h * bi for bi in b)
+    hat_b = (0.0, -hb[2], hb[1], hb[2], 0.0, -hb[0], -hb[1], hb[0], 0.0)
+    q = 0.5 * h * h
+    J = tuple(
+        cc * Im[3 * i + j] + q * y[i] * x[j] - hat_b[3 * i + j] for i in range(3) for j in range(3)
+    )
+    return solve3_scalars(J, r)
+
+
+def _cayley_step_jvp(scalar_solve, primals, tangents):
+    I, R, b, h, xc = primals
+    dI, dR, db, dh, _ = tangents
+    x, c = xc if scalar_solve else (xc, None)
+    # the primal through this rule again: a higher derivative differentiates it as well
+    out = cayley_step(I, R, b, h, xc, scalar_solve)
+    # x with its implicit-function-theorem derivatives (no iteration: the value is x): dead
+    # code at first order, the derivatives of x at second order
+    # (newton.py's solver itself, not newton_solve: no recorded or replayed solution is
+    # consumed here)
+    from .newton import _newton_solve
+
+    x, _ = _newton_solve(cayley_psi, x, (I, b, h), 0, cayley_psi_jac_solve, False, False, False)
+    need = tuple(not _is_zero(t) for t in (dI, dR, db, dh))
+    if not any(need):
+        return out, jax.tree_util.tree_map(jnp.zeros_like, out)
+
+    def vjp(cts):
+        ct_R, ct_b, ct_I, ct_h, _ = lgvi_step_vjp(
+            I, R, b, x, h, None, cts[0], cts[1], need_I=need[0], need_h=need[3], c=c
+        )
+        return tuple(v for v, n in zip((ct_I, ct_R, ct_b, ct_h), need) if n)
+
+    tangent_of = jax.linear_transpose(vjp, out)
+    (d_out,) = tangent_of(
+        tuple(_materialize(t, p) for t, p, n in zip(tangents[:4], primals[:4], need) if n)
+    )
+    return out, d_out
+
+
+cayley_step.defjvp(_cayley_step_jvp, symbolic_zeros=True)

@@ -44,6 +44,7 @@ from typing import ClassVar, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from .._internal.scalarize import scalarize
 from .._linalg import spd_inverse, two_sum
@@ -54,6 +55,10 @@ from .base import AbstractMethod, StepStats, needs_reorthonormalization
 from .newton import dense_jac_solve, newton_solve, replaying_solutions
 
 __all__ = ["LGVI"]
+
+
+#: ``checkpoint_name`` of the root of the discrete Legendre transform (reverse_mode_saves).
+_ROOT = "lgvi_root"
 
 
 def _mT(a):
@@ -248,6 +253,15 @@ class LGVI(AbstractMethod):
 
         return parameters, backward
 
+    def reverse_mode_saves(self, system):
+        # the root of the discrete Legendre transform (and the SO(3) kernel's factor c): the
+        # explicit rest of the step is cheaper to recompute than to store and read back
+        # (AbstractMethod.reverse_mode_saves).  Only where the root is named: the SO(3)
+        # scalar solve; elsewhere the recomputation would include the Newton iterations
+        if self._fast(system) and self.legendre_solve == "scalar":
+            return (_ROOT,)
+        return None
+
     def _fast(self, system) -> bool:
         return isinstance(system.group, SpecialOrthogonal3) and self.retraction == "cayley"
 
@@ -428,6 +442,7 @@ class LGVI(AbstractMethod):
             # honest convergence test: reported in the stats, checked with on_failure="raise")
             # and differentiates by the implicit function theorem
             x0, cay_factor = soa.cayley_guess(I, b, h, self.newton_iters, self.early_exit)
+            x0, cay_factor = checkpoint_name((x0, cay_factor), _ROOT)
             x, r = newton_solve(
                 soa.cayley_residual, x0, (I, b, h), iters=0, jac_solve=soa.cayley_jac_solve
             )
@@ -457,23 +472,28 @@ class LGVI(AbstractMethod):
                 early_exit=self.early_exit,
             )
             x, r = soa.as_tuple3(x), soa.as_tuple3(r)
-        # F = 1 + K, applied in increment form (soa.cay_increment: no drift of |Pi| in float32)
-        K = soa.cay_increment(tuple(h * xi for xi in x), cay_factor)
-        if needs_reorthonormalization(self.reorthonormalize, dtype):
-            # one Björck step on the incoming R, R (1 + E) with E = (1 − R^T R)/2 = O(eps),
-            # folded into the rotation: R1 = R (1 + K + E), which drops R E K = O(eps h|xi|)
-            # from R (1 + E)(1 + K).  The defect D of R1^T R1 − 1 then obeys
-            # D_{k+1} = O(|K| D_k) + O(eps), |K| < 1: it stays O(eps) as with the full step.
-            # Folded, each of the 9 entries of R1 (each fused separately by XLA:CPU, which
-            # recomputes shared producers in each) costs 3 more multiply-adds instead of a
-            # whole Björck row (float32, batch 1024, batch-last carry: 0.77 -> 0.86x of the
-            # batch-last kernel, CPU time, one run)
-            E = soa.bjorck_increment(R)
-            K_R = tuple(K[i] + E[i] for i in range(9))
+        if lo is None and not needs_reorthonormalization(self.reorthonormalize, dtype):
+            # the explicit part with its hand-written derivative (soa.cayley_step: reverse
+            # mode runs soa.lgvi_step_vjp, with x's implicit-function-theorem derivatives)
+            root = x if cay_factor is None else (x, cay_factor)
+            R1, Pi1 = soa.cayley_step(I, R, b, h, root, cay_factor is not None)
         else:
+            # F = 1 + K, in increment form (soa.cay_increment: no drift of |Pi| in float32)
+            K = soa.cay_increment(tuple(h * xi for xi in x), cay_factor)
             K_R = K
-        R1 = soa.matmul_increment(R, K_R)
-        Pi1 = soa.rotate_increment(K, b)
+            if needs_reorthonormalization(self.reorthonormalize, dtype):
+                # one Björck step on the incoming R, R (1 + E) with E = (1 − R^T R)/2 = O(eps),
+                # folded into the rotation: R1 = R (1 + K + E), which drops R E K = O(eps h|xi|)
+                # from R (1 + E)(1 + K).  The defect D of R1^T R1 − 1 then obeys
+                # D_{k+1} = O(|K| D_k) + O(eps), |K| < 1: it stays O(eps) as with the full
+                # step.  Folded, each of the 9 entries of R1 (each fused separately by XLA:CPU,
+                # which recomputes shared producers in each) costs 3 more multiply-adds instead
+                # of a whole Björck row (float32, batch 1024, batch-last carry: 0.77 -> 0.86x
+                # of the batch-last kernel, CPU time, one run)
+                E = soa.bjorck_increment(R)
+                K_R = tuple(K[i] + E[i] for i in range(9))
+            R1 = soa.matmul_increment(R, K_R)
+            Pi1 = soa.rotate_increment(K, b)
         f1 = self._so3_conservative(system, R1, control)
         if f1 is not None:
             Pi1 = tuple(Pi1[i] + half * f1[i] for i in range(3))

@@ -1,0 +1,130 @@
+"""What a gradient costs against the forward run: the default LGVI (SO(3), Cayley, float64)
+on a free body, a heavy top (a potential) and a free body with open-loop torques (controls),
+at batch 1 and under ``jax.vmap`` at batch 1024, in plain reverse mode and with
+``adjoint=ReversibleAdjoint()``.
+
+    python benchmarks/bench_gradient_cost.py [--fast] [--clock=cpu]   (or: geomjax bench gradient-cost)
+
+Loss: a fixed linear functional of the final (R, Pi); gradient with respect to the initial
+momenta and the principal moments (and the controls where there are any).  Batch 1: 1e4 steps
+of dt 0.01; batch 1024: 200 steps.  Every function of a row is compiled first, then timed in
+interleaved rounds (best round kept: the ratios of a row see the same machine load);
+``--clock=cpu`` times the process's CPU time instead of wall time (steadier on a shared
+machine).  Run with the loop setting of ``geomjax.configure(xla_small_loops=True)``, as the
+other integrator benchmarks are (``--defaults``: without it).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import fast_mode, print_table, write_json
+
+jax.config.update("jax_enable_x64", True)
+
+import geomjax as gj  # noqa: E402
+
+DT = 0.01
+
+
+def _rodrigues(w):
+    """``exp(hat(w))`` in NumPy."""
+    t = np.linalg.norm(w)
+    K = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]]) / t
+    return np.eye(3) + np.sin(t) * K + (1.0 - np.cos(t)) * K @ K
+
+
+# (NumPy constants: JAX computes nothing before main() may opt in to the loop setting)
+R0 = _rodrigues(np.array([0.3, -0.2, 0.5]))
+PI0 = np.array([0.8, -0.3, 1.1])
+MOMENTS = np.array([1.0, 2.0, 3.0])
+W_R = np.arange(9.0).reshape(3, 3) / 9.0
+W_PI = np.array([0.3, -1.0, 0.7])
+CASES = ("free body", "heavy top", "free body, controls")
+
+
+def loss_fn(case, steps, adjoint):
+    def loss(pi0, moments, us):
+        if case == "heavy top":
+            system = gj.RigidBody(moments, gj.HeavyTop(1.0, 9.81, [0.3, 0.2, 0.4]))
+        else:
+            system = gj.RigidBody(moments)
+        controls = us if case == "free body, controls" else None
+        kw = {} if adjoint is None else {"adjoint": adjoint}
+        sol = gj.simulate(
+            system, gj.LGVI(), system.make_state(R0, pi0), DT, steps, controls,
+            save_every=steps, **kw,
+        )  # fmt: skip
+        s = sol.final_state
+        return jnp.sum(W_R * s.R) + jnp.sum(W_PI * s.Pi)
+
+    return loss
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    fast = fast_mode(argv)
+    if "--defaults" not in argv:
+        gj.configure(xla_small_loops=True)
+    clock = "cpu" if "--clock=cpu" in argv else "wall"
+    import bench_adjoint
+
+    if clock == "cpu":  # measure_side_by_side reads time.perf_counter
+        bench_adjoint.time = _CpuTime()
+    rows = []
+    for batch, steps in ((1, 2000 if fast else 10_000), (1024, 100 if fast else 200)):
+        for case in CASES:
+            argnums = (0, 1, 2) if "controls" in case else (0, 1)
+            fns = {}
+            for name, adjoint in (
+                ("forward", None),
+                ("plain reverse", None),
+                ("ReversibleAdjoint", gj.ReversibleAdjoint()),
+            ):
+                f = loss_fn(case, steps, adjoint)
+                if batch > 1:
+                    f = _summed_vmap(f)
+                fns[name] = f if name == "forward" else jax.grad(f, argnums=argnums)
+            pis = PI0 * (1.0 + 0.1 * np.sin(np.arange(3.0 * batch)).reshape(batch, 3))
+            us = 0.1 * np.sin(np.arange(3.0 * steps * batch)).reshape(batch, steps, 3)
+            args = (pis, MOMENTS, us) if batch > 1 else (pis[0], MOMENTS, us[0])
+            args = tuple(map(jnp.asarray, args))
+            res = bench_adjoint.measure_side_by_side(fns, *args, fast=fast)
+            fwd = res["forward"][1]
+            for name, (c, r, _) in res.items():
+                rows.append(
+                    {
+                        "batch": batch,
+                        "steps": steps,
+                        "case": case,
+                        "run": name,
+                        "compile s": c,
+                        "ns/body-step": r / (steps * batch) * 1e9,
+                        "/forward": r / fwd,
+                    }
+                )
+    print_table(
+        rows,
+        ["batch", "steps", "case", "run", "compile s", "ns/body-step", "/forward"],
+        title=f"gradient / forward, LGVI float64 ({clock} clock, interleaved, best of rounds)",
+    )
+    write_json("gradient_cost", {"fast": fast, "clock": clock, "rows": rows})
+    return rows
+
+
+def _summed_vmap(f):
+    return lambda p, m, u: jnp.sum(jax.vmap(f, in_axes=(0, None, 0))(p, m, u))
+
+
+class _CpuTime:
+    """A ``time`` stand-in whose ``perf_counter`` is the process's CPU time."""
+
+    perf_counter = staticmethod(time.process_time)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
