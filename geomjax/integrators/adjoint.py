@@ -786,7 +786,9 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             ct_r = tuple(a + b for a, b in zip(ct_r, ct_rk))
         if need_dt:  # t_{k+1} = t_k + dt
             ct_dt = ct_dt + ct_h + ct_t
-        ct_u = jnp.stack(ct_u) if need_u else None
+        # (the entries as separate outputs, stacked after the loop: one (batch,) vector each
+        # under vmap, instead of a (batch, 3) row written per step)
+        ct_u = tuple(ct_u) if need_u else None
         return (x0, t1 - dt, _Scalars(tuple(ct_x0), ct_x.shape), ct_t, ct_r, ct_dt), ct_u
 
     def one_step_stages(c, u):
@@ -825,6 +827,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             reverse=True,
         )
         (x, _, ct_x, ct_t, ct_p, ct_dt) = carry
+        if isinstance(ct_us, tuple):  # one_step_manual's entries
+            ct_us = jnp.stack(ct_us, axis=-1)
         err = _max_abs_diff(method.finalize(system, x), s_start)
         worst = jnp.where(jnp.isnan(err), err, jnp.maximum(worst, err))
         return (ct_x, ct_t, ct_p, ct_dt, worst), ct_us
