@@ -11,7 +11,8 @@ of dt 0.01; batch 1024: 200 steps.  Every function of a row is compiled first, t
 interleaved rounds (best round kept: the ratios of a row see the same machine load);
 ``--clock=cpu`` times the process's CPU time instead of wall time (steadier on a shared
 machine).  Run with the loop setting of ``geomjax.configure(xla_small_loops=True)``, as the
-other integrator benchmarks are (``--defaults``: without it).
+other integrator benchmarks are (``--defaults``: without it, written to
+``gradient_cost_defaults.json``).
 """
 
 from __future__ import annotations
@@ -112,7 +113,11 @@ def main(argv=None):
         ["batch", "steps", "case", "run", "compile s", "ns/body-step", "/forward"],
         title=f"gradient / forward, LGVI float64 ({clock} clock, interleaved, best of rounds)",
     )
-    write_json("gradient_cost", {"fast": fast, "clock": clock, "rows": rows})
+    defaults = "--defaults" in argv
+    write_json(
+        "gradient_cost_defaults" if defaults else "gradient_cost",
+        {"fast": fast, "clock": clock, "xla_small_loops": not defaults, "rows": rows},
+    )
     return rows
 
 
