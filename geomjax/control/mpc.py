@@ -491,6 +491,12 @@ class OnlineMPC(eqx.Module):
     the first call traces and compiles it, later calls (same shapes and dtypes) only run it.
     The caller applies ``u`` for ``problem.dt`` and measures the next state.
 
+    The program is compiled ahead of time (``jax.jit(...).lower(...).compile()``) once per
+    signature of ``(plan, state)``, with the problem's arrays flattened once at the first step:
+    a tick calls the executable directly, without re-filtering the problem's pytree, and
+    returns bitwise what the ``equinox.filter_jit`` form of the same step returns.  Called
+    under a transformation (``jit``, ``vmap``), the step is traced into the caller's program.
+
     Arguments:
         problem: the model :class:`~geomjax.control.trajopt.OptimalControlProblem` (bounds and
             costs; no path/terminal constraints); its ``steps`` is the horizon unless
