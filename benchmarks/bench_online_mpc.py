@@ -129,16 +129,18 @@ def run_mujoco_loop(ticks=300, horizon=30, iterations=1, angle=1.0):
 
 
 def _tick_breakdown(online, plan, x, t, repeats=300):
-    """Median latencies (µs) of the parts of a tick, each timed alone ``repeats`` times from the
-    same plan and state: the compiled executable called directly (the computation and JAX's C++
-    dispatch), ``OnlineMPC.step`` (its checks and signature look-up around that call), the
-    former ``equinox.filter_jit`` path (the problem's pytree filtered every call), building the
-    state from MuJoCo's arrays, and reading ``u`` back to NumPy."""
+    """Median latencies (µs) of the parts of a tick, each timed ``repeats`` times from the same
+    plan and state, the parts interleaved (each sees the same machine load): the compiled
+    executable called directly (the computation and JAX's C++ dispatch), ``OnlineMPC.step``
+    (its checks and signature look-up around that call), the former ``equinox.filter_jit`` path
+    (the problem's pytree filtered every call) alone and with the checks and time conversion of
+    the former ``OnlineMPC.step`` around it, building the state from MuJoCo's arrays, and
+    reading ``u`` back to NumPy."""
     import jax
     import jax.numpy as jnp
 
     import geomjax as gj
-    from geomjax.control.mpc import _online_step, _signature
+    from geomjax.control.mpc import _online_step, _signature, _structure
 
     steps = online._steps
     tt = np.asarray(t, online.problem.dtype)
@@ -147,26 +149,31 @@ def _tick_breakdown(online, plan, x, t, repeats=300):
     R, Pi = np.asarray(x.R), np.asarray(x.Pi)
     u = online.step(plan, x, t)[0]
 
-    def med(fn):
+    def former_step(plan, state, t):  # OnlineMPC.step before the ahead-of-time compiled path
+        if _structure(state) != _structure(online.problem.state0):
+            raise ValueError("state")
+        t = jnp.asarray(t, online.problem.dtype)
+        return _online_step(online.problem, online.controller, plan, state, t)
+
+    parts = dict(
+        compiled_us=lambda: jax.block_until_ready(compiled(steps.leaves, plan, x, tt)),
+        step_us=lambda: jax.block_until_ready(online.step(plan, x, t)),
+        filter_jit_us=lambda: jax.block_until_ready(
+            _online_step(online.problem, online.controller, plan, x, tj)
+        ),
+        former_step_us=lambda: jax.block_until_ready(former_step(plan, x, t)),
+        make_state_us=lambda: gj.RigidBodyState(jnp.asarray(R), jnp.asarray(Pi)),
+        read_u_us=lambda: np.asarray(jax.device_get(u)),
+    )
+    times = {name: [] for name in parts}
+    for fn in parts.values():
         fn()
-        ts = []
-        for _ in range(repeats):
+    for _ in range(repeats):  # interleaved: every part sees the same load
+        for name, fn in parts.items():
             t0 = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t0)
-        return 1e6 * float(np.median(ts))
-
-    return dict(
-        compiled_us=med(lambda: jax.block_until_ready(compiled(steps.leaves, plan, x, tt))),
-        step_us=med(lambda: jax.block_until_ready(online.step(plan, x, t))),
-        filter_jit_us=med(
-            lambda: jax.block_until_ready(
-                _online_step(online.problem, online.controller, plan, x, tj)
-            )
-        ),
-        make_state_us=med(lambda: gj.RigidBodyState(jnp.asarray(R), jnp.asarray(Pi))),
-        read_u_us=med(lambda: np.asarray(jax.device_get(u))),
-    )
+            times[name].append(time.perf_counter() - t0)
+    return {name: 1e6 * float(np.median(ts)) for name, ts in times.items()}
 
 
 def main(argv=None):
@@ -207,7 +214,8 @@ def main(argv=None):
     write_json("online_mpc", dict(machine=machine_info(), rows=rows))
     print(
         "breakdown (median µs, each part timed alone): compiled = the executable called "
-        "directly; step = OnlineMPC.step; filter_jit = the former equinox.filter_jit path"
+        "directly; step = OnlineMPC.step; filter_jit = the former equinox.filter_jit path; "
+        "former_step = the former OnlineMPC.step (its checks and time conversion around it)"
     )
 
 

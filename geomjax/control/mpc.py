@@ -20,6 +20,7 @@ step in the same way).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -481,6 +482,25 @@ def _signature(tree):
     return treedef, tuple(spec)
 
 
+class _plain_method:
+    """A method of an ``equinox.Module`` whose bound form is a plain :func:`functools.partial`.
+
+    equinox makes every bound method of a module a module of its own (``BoundMethod``, a
+    pytree), built at each attribute access, and building it walks every leaf of the instance:
+    for :class:`OnlineMPC` the whole model problem, on every ``controller.step`` of a control
+    loop.  The partial is built without looking inside; it is not a pytree (``jax.jit`` of it
+    closes over the controller)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.fn
+        return functools.partial(self.fn, obj)
+
+
 class OnlineMPC(eqx.Module):
     """Model predictive control one tick at a time, for a plant that is not a JAX function (a
     robot, another simulator): ``u, plan = controller.step(plan, measured_state, t)``.
@@ -534,6 +554,7 @@ class OnlineMPC(eqx.Module):
             jnp.asarray(jnp.nan, dtype),
         )
 
+    @_plain_method
     def step(self, plan: MPCPlan, state, t):
         """``(u, plan)``: the control ``(m,)`` to apply from ``state`` (measured at time ``t``)
         and the plan for the next step.  ``state`` must have the structure, shapes and dtypes of
