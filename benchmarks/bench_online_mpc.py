@@ -8,7 +8,9 @@ model: the same body integrated by the LGVI, a 30-node horizon, one iLQR iterati
 warm-started) and writes the body torque into ``xfrc_applied``.  The loop runs as fast as the
 host allows: its wall-clock rate in ticks per second and the latency of each tick (read state,
 solve, write torque) are recorded, the first tick (compilation) apart.  The final attitude error
-is read from MuJoCo's own state.
+is read from MuJoCo's own state.  After the loop, the parts of a tick are timed alone (median
+µs): the compiled executable called directly, ``OnlineMPC.step`` around it, the former
+``equinox.filter_jit`` path, building the state, reading the control back.
 
 Run: ``geomjax bench online-mpc`` (``--fast``: fewer ticks).  Needs ``pip install mujoco``.
 """
@@ -16,6 +18,7 @@ Run: ``geomjax bench online-mpc`` (``--fast``: fewer ticks).  Needs ``pip instal
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -111,7 +114,9 @@ def run_mujoco_loop(ticks=300, horizon=30, iterations=1, angle=1.0):
         for _ in range(SUBSTEPS):
             mujoco.mj_step(model, data)
     wall = time.perf_counter() - t_start
+    breakdown = _tick_breakdown(online, plan, x, k * dt)
     return dict(
+        breakdown=breakdown,
         R=_quat_to_matrix(data.qpos[3:7]),
         omega=np.array(data.qvel[3:6]),
         target=target,
@@ -121,6 +126,54 @@ def run_mujoco_loop(ticks=300, horizon=30, iterations=1, angle=1.0):
         torques=np.asarray(torques),
         status=int(plan.status),
     )
+
+
+def _tick_breakdown(online, plan, x, t, repeats=300):
+    """Median latencies (µs) of the parts of a tick, each timed ``repeats`` times from the same
+    plan and state, the parts interleaved (each sees the same machine load): the compiled
+    executable called directly (the computation and JAX's C++ dispatch), ``OnlineMPC.step``
+    (its checks and signature look-up around that call), the former ``equinox.filter_jit`` path
+    (the problem's pytree filtered every call) alone and with the checks and time conversion of
+    the former ``OnlineMPC.step`` around it, building the state from MuJoCo's arrays, and
+    reading ``u`` back to NumPy."""
+    import jax
+    import jax.numpy as jnp
+
+    import geomjax as gj
+    from geomjax.control.mpc import _online_step, _signature, _structure
+
+    steps = online._steps
+    tt = np.asarray(t, online.problem.dtype)
+    compiled = steps.program((_signature(plan), _signature(x)), plan, x, tt)
+    tj = jnp.asarray(t, online.problem.dtype)
+    R, Pi = np.asarray(x.R), np.asarray(x.Pi)
+    u = online.step(plan, x, t)[0]
+
+    def former_step(plan, state, t):  # OnlineMPC.step before the ahead-of-time compiled path
+        if _structure(state) != _structure(online.problem.state0):
+            raise ValueError("state")
+        t = jnp.asarray(t, online.problem.dtype)
+        return _online_step(online.problem, online.controller, plan, state, t)
+
+    parts = dict(
+        compiled_us=lambda: jax.block_until_ready(compiled(steps.leaves, plan, x, tt)),
+        step_us=lambda: jax.block_until_ready(online.step(plan, x, t)),
+        filter_jit_us=lambda: jax.block_until_ready(
+            _online_step(online.problem, online.controller, plan, x, tj)
+        ),
+        former_step_us=lambda: jax.block_until_ready(former_step(plan, x, t)),
+        make_state_us=lambda: gj.RigidBodyState(jnp.asarray(R), jnp.asarray(Pi)),
+        read_u_us=lambda: np.asarray(jax.device_get(u)),
+    )
+    times = {name: [] for name in parts}
+    for fn in parts.values():
+        fn()
+    for _ in range(repeats):  # interleaved: every part sees the same load
+        for name, fn in parts.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: 1e6 * float(np.median(ts)) for name, ts in times.items()}
 
 
 def main(argv=None):
@@ -149,6 +202,8 @@ def main(argv=None):
                 max_ms=float(lat.max()),
                 final_angle_error=float(err),
                 final_omega=float(np.linalg.norm(r["omega"])),
+                **r["breakdown"],
+                load_avg=os.getloadavg()[0],
             )
         )
     print_table(
@@ -157,6 +212,11 @@ def main(argv=None):
         title="OnlineMPC driving MuJoCo (LGVI model, 1 iLQR iteration per tick)",
     )
     write_json("online_mpc", dict(machine=machine_info(), rows=rows))
+    print(
+        "breakdown (median µs, each part timed alone): compiled = the executable called "
+        "directly; step = OnlineMPC.step; filter_jit = the former equinox.filter_jit path; "
+        "former_step = the former OnlineMPC.step (its checks and time conversion around it)"
+    )
 
 
 def _log_so3(R):

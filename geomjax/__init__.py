@@ -10,14 +10,17 @@ and geometric phases (:mod:`geomjax.reconstruction`); control and trajectory opt
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
 
-``import geomjax`` changes no global state of the process.  Two process settings are opt-in
+``import geomjax`` changes no global state of the process.  Three process settings are opt-in
 (the documentation's Architecture page lists them with their measured effects):
 ``geomjax.configure(xla_small_loops=True)`` (or ``GEOMJAX_XLA_FLAGS=1``) raises XLA:CPU's
 small-loop compilation threshold in ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`: time loops
 and Newton solves compiled as single kernels; effective only before JAX's first computation),
 and ``geomjax.configure(gc_freeze=True)`` (or ``GEOMJAX_GC_FREEZE=1``, then at the end of the
 import) calls :func:`gc.freeze` (:mod:`geomjax._internal.gc_freeze`: full collections during
-tracing no longer walk the objects that exist).
+tracing no longer walk the objects that exist), and
+``geomjax.configure(compilation_cache=DIR)`` (or ``GEOMJAX_COMPILATION_CACHE=DIR``) turns on
+JAX's persistent compilation cache at ``DIR`` (:mod:`geomjax._internal.compile_cache`: a later
+process loads the compiled solves instead of compiling them).
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
@@ -261,6 +264,12 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(__all__))
 
+
+# with GEOMJAX_COMPILATION_CACHE=DIR only, JAX's persistent compilation cache at DIR
+# (geomjax._internal.compile_cache); without it nothing is changed
+from ._internal import compile_cache as _compile_cache  # noqa: E402
+
+_compile_cache.from_environment()
 
 # last: with GEOMJAX_GC_FREEZE=1 only, everything imported so far leaves the cyclic collector's
 # scans (geomjax._internal.gc_freeze); without it nothing is changed

@@ -173,6 +173,13 @@ def check_control(ns):
     assert float(res.error[-1]) < 0.3 * float(res.error[0])
     # the derivative of the optimum against central differences of re-solved problems
     np.testing.assert_allclose(float(ns["dJ"]), float(ns["fd"]), rtol=1e-6)
+    # the persistent cache: the solve's program written to the directory, the same optimum
+    from pathlib import Path
+
+    written = [f.name for f in Path(ns["cache"]).iterdir()]
+    assert any(name.startswith("jit__solve_traced-") for name in written)
+    assert ns["cached"].stop_reason == "converged"
+    np.testing.assert_allclose(ns["cached"].controls, sol.controls, atol=1e-12)
 
 
 def check_choosing_an_optimizer(ns):

@@ -124,7 +124,13 @@ def _start_late(tmp_path, order, how, *args, **env_extra):
     """Start ``_LATE`` in a fresh interpreter (this checkout's geomjax, no setting inherited)."""
     script = tmp_path / "user_script.py"
     script.write_text(_LATE)
-    drop = ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_GC_FREEZE", "GEOMJAX_NEWTON_UNROLL")
+    drop = (
+        "XLA_FLAGS",
+        "GEOMJAX_XLA_FLAGS",
+        "GEOMJAX_GC_FREEZE",
+        "GEOMJAX_NEWTON_UNROLL",
+        "GEOMJAX_COMPILATION_CACHE",
+    )
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(env_extra)
     root = str(Path(__file__).resolve().parents[1])  # this checkout's geomjax
@@ -218,7 +224,13 @@ def test_configure_rejects_bad_arguments(monkeypatch):
     with pytest.raises(ValueError, match="'xla_small_loops=False'.*cannot be undone"):
         gj.configure(xla_small_loops=False)
     frozen = gc.get_freeze_count() > 0
-    assert gj.configure() == {"xla_small_loops": True, "gc_freeze": frozen}
+    from geomjax._internal import compile_cache
+
+    assert gj.configure() == {
+        "xla_small_loops": True,
+        "gc_freeze": frozen,
+        "compilation_cache": compile_cache.directory(),
+    }
 
 
 def test_threshold_detection():

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import gc
 
-from . import gc_freeze, xla_flags
+from . import compile_cache, gc_freeze, xla_flags
 
 __all__ = ["configure"]
 
 
-def configure(*, xla_small_loops: bool | None = None, gc_freeze: bool | None = None) -> dict:
+def configure(
+    *,
+    xla_small_loops: bool | None = None,
+    gc_freeze: bool | None = None,
+    compilation_cache=None,
+) -> dict:
     """Opt in to geomjax's process settings; returns the settings in effect.
 
     ``import geomjax`` changes no global state: these are applied only when asked for, here or
@@ -28,12 +33,20 @@ def configure(*, xla_small_loops: bool | None = None, gc_freeze: bool | None = N
             objects that exist (modules, functions, classes of jax, equinox, geomjax and yours)
             are no longer walked by the full collections that run while programs are traced.
             ``False``: :func:`gc.unfreeze`.
+        compilation_cache: a directory (``str`` or ``os.PathLike``, created if missing): JAX's
+            persistent compilation cache there (:mod:`geomjax._internal.compile_cache`), every
+            program written whatever its compile time, so that a later process loads the
+            compiled programs (e.g. the solve of an optimal control problem) instead of
+            compiling them again.  It may be given at any time, but JAX opens its cache once
+            per process: another directory after that warns (``RuntimeWarning``) and changes
+            nothing.  The same as ``GEOMJAX_COMPILATION_CACHE=DIR`` at import.
 
-    ``None`` (the default of both) leaves a setting as it is.
+    ``None`` (the default of all) leaves a setting as it is.
 
     Returns:
-        ``{"xla_small_loops": bool, "gc_freeze": bool}``: whether the small-loop setting is in
-        effect in this process, and whether objects are frozen (``gc.get_freeze_count() > 0``).
+        ``{"xla_small_loops": bool, "gc_freeze": bool, "compilation_cache": str | None}``:
+        whether the small-loop setting is in effect in this process, whether objects are frozen
+        (``gc.get_freeze_count() > 0``), and JAX's persistent cache directory in effect.
     """
     if xla_small_loops not in (None, True, False):
         raise ValueError(
@@ -52,6 +65,8 @@ def configure(*, xla_small_loops: bool | None = None, gc_freeze: bool | None = N
             "effect in this process (XLA reads XLA_FLAGS once, when its backend starts) and "
             "cannot be undone; start Python without it in XLA_FLAGS"
         )
+    if compilation_cache is not None:
+        compile_cache.enable(compilation_cache)
     if gc_freeze is True:
         _gc_freeze_now()
     elif gc_freeze is False:
@@ -59,6 +74,7 @@ def configure(*, xla_small_loops: bool | None = None, gc_freeze: bool | None = N
     return {
         "xla_small_loops": xla_flags.small_loops_in_effect(),
         "gc_freeze": gc.get_freeze_count() > 0,
+        "compilation_cache": compile_cache.directory(),
     }
 
 

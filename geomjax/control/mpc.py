@@ -20,6 +20,7 @@ step in the same way).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -236,6 +237,10 @@ def _checked(where, problem, controller):
 
 
 # --- the closed loop --------------------------------------------------------------------------------
+def _has_tracer(tree) -> bool:
+    return any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(tree))
+
+
 def _structure(x):
     return jax.tree_util.tree_structure(x), [
         (jnp.shape(a), jnp.result_type(a)) for a in jax.tree_util.tree_leaves(x)
@@ -411,10 +416,89 @@ class MPCPlan(eqx.Module):
     cost: jax.Array
 
 
-@eqx.filter_jit
-def _online_step(problem, controller, plan, x, t):
+def _online_step_traced(problem, controller, plan, x, t):
     u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
     return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost)
+
+
+_online_step = eqx.filter_jit(_online_step_traced)
+
+
+class _CompiledSteps:
+    """The ahead-of-time compiled steps of one :class:`OnlineMPC` (a mutable holder, hashed by
+    identity: a static field of the module).
+
+    The model problem and the settings are flattened once, at the first step: their arrays
+    (``leaves``) go to every call as a flat list, their structure and static fields are closed
+    over.  Each ``(plan, state, t)`` signature — tree structures, shapes, dtypes, weak types —
+    is lowered and compiled once with :func:`jax.jit` (``.lower(...).compile()``, the options of
+    the plain ``jit`` path, so the same program); a tick then only calls the compiled
+    executable (its C++ dispatch), without equinox's filtering of the problem's pytree."""
+
+    def __init__(self):
+        self.owner = (None, None)  # the problem and settings flattened (kept: compared by id)
+        self.leaves = None  # their arrays, flattened
+        self.treedef = None
+        self.static = None
+        self.expected = None  # the structure of the problem's state0
+        self.compiled: dict = {}
+
+    def prepared_for(self, problem, controller) -> bool:
+        return self.owner[0] is problem and self.owner[1] is controller
+
+    def prepare(self, problem, controller):
+        """Flatten ``problem`` and ``controller`` (immutable modules: the same objects, the same
+        arrays); a module rebuilt around other ones (``equinox.tree_at``) starts afresh."""
+        self.owner, self.compiled = (problem, controller), {}
+        dynamic, self.static = eqx.partition((problem, controller), eqx.is_array)
+        self.leaves, self.treedef = jax.tree_util.tree_flatten(dynamic)
+        self.expected = _structure(problem.state0)
+
+    def program(self, key, plan, x, t):
+        fn = self.compiled.get(key)
+        if fn is None:
+            treedef, static = self.treedef, self.static
+
+            def flat_step(leaves, plan, x, t):
+                problem, controller = eqx.combine(
+                    jax.tree_util.tree_unflatten(treedef, leaves), static
+                )
+                return _online_step_traced(problem, controller, plan, x, t)
+
+            fn = jax.jit(flat_step).lower(self.leaves, plan, x, t).compile()
+            self.compiled[key] = fn
+        return fn
+
+
+def _signature(tree):
+    """Structure, shapes, dtypes and weak types of the array leaves of ``tree``; None when a
+    leaf is not an array (a Python number) or is traced."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    spec = []
+    for a in leaves:
+        if isinstance(a, jax.core.Tracer) or not isinstance(a, jax.Array | np.ndarray):
+            return None
+        spec.append((a.shape, a.dtype, bool(getattr(a, "weak_type", False))))
+    return treedef, tuple(spec)
+
+
+class _plain_method:
+    """A method of an ``equinox.Module`` whose bound form is a plain :func:`functools.partial`.
+
+    equinox makes every bound method of a module a module of its own (``BoundMethod``, a
+    pytree), built at each attribute access, and building it walks every leaf of the instance:
+    for :class:`OnlineMPC` the whole model problem, on every ``controller.step`` of a control
+    loop.  The partial is built without looking inside; it is not a pytree (``jax.jit`` of it
+    closes over the controller)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.fn
+        return functools.partial(self.fn, obj)
 
 
 class OnlineMPC(eqx.Module):
@@ -426,6 +510,12 @@ class OnlineMPC(eqx.Module):
     ``controller.iterations`` iterations warm-started from ``plan`` — as one compiled program:
     the first call traces and compiles it, later calls (same shapes and dtypes) only run it.
     The caller applies ``u`` for ``problem.dt`` and measures the next state.
+
+    The program is compiled ahead of time (``jax.jit(...).lower(...).compile()``) once per
+    signature of ``(plan, state)``, with the problem's arrays flattened once at the first step:
+    a tick calls the executable directly, without re-filtering the problem's pytree, and
+    returns bitwise what the ``equinox.filter_jit`` form of the same step returns.  Called
+    under a transformation (``jit``, ``vmap``), the step is traced into the caller's program.
 
     Arguments:
         problem: the model :class:`~geomjax.control.trajopt.OptimalControlProblem` (bounds and
@@ -445,9 +535,11 @@ class OnlineMPC(eqx.Module):
 
     problem: OptimalControlProblem
     controller: MPC
+    _steps: _CompiledSteps = eqx.field(static=True, repr=False)
 
     def __init__(self, problem: OptimalControlProblem, controller: MPC | None = None):
         self.problem, self.controller = _checked("OnlineMPC", problem, controller)
+        self._steps = _CompiledSteps()
 
     def init(self, controls=None, *, us=None) -> MPCPlan:
         """The plan before the first step: ``controls`` ``(N, m)`` as the first warm start (e.g.
@@ -462,6 +554,7 @@ class OnlineMPC(eqx.Module):
             jnp.asarray(jnp.nan, dtype),
         )
 
+    @_plain_method
     def step(self, plan: MPCPlan, state, t):
         """``(u, plan)``: the control ``(m,)`` to apply from ``state`` (measured at time ``t``)
         and the plan for the next step.  ``state`` must have the structure, shapes and dtypes of
@@ -471,11 +564,33 @@ class OnlineMPC(eqx.Module):
                 f"OnlineMPC.step: argument 'plan' must be an MPCPlan (from init or a previous "
                 f"step), got {type(plan).__name__}"
             )
-        if _structure(state) != _structure(self.problem.state0):
+        steps = self._steps
+        if not steps.prepared_for(self.problem, self.controller):
+            if _has_tracer((self.problem, self.controller)):  # OnlineMPC traced (under jit)
+                if _structure(state) != _structure(self.problem.state0):
+                    raise ValueError(
+                        "OnlineMPC.step: argument 'state' must have the structure, shapes and "
+                        f"dtypes of the problem's state0 {_structure(self.problem.state0)}, got "
+                        f"{_structure(state)}"
+                    )
+                return self._step_traced(plan, state, t)
+            steps.prepare(self.problem, self.controller)
+        if _structure(state) != steps.expected:
             raise ValueError(
                 "OnlineMPC.step: argument 'state' must have the structure, shapes and dtypes of "
-                f"the problem's state0 {_structure(self.problem.state0)}, got {_structure(state)}"
+                f"the problem's state0 {steps.expected}, got {_structure(state)}"
             )
+        if isinstance(t, jax.core.Tracer):
+            return self._step_traced(plan, state, t)
         # an array, not a Python float: a new time must not be a new program
+        t = np.asarray(t, self.problem.dtype)
+        plan_sig, state_sig = _signature(plan), _signature(state)
+        if plan_sig is None or state_sig is None:  # traced or Python numbers: the jit path
+            return self._step_traced(plan, state, t)
+        return steps.program((plan_sig, state_sig), plan, state, t)(steps.leaves, plan, state, t)
+
+    def _step_traced(self, plan, state, t):
+        """The step through ``equinox.filter_jit`` (under an outer transformation, or with
+        leaves that are not arrays): the same computation as the compiled fast path."""
         t = jnp.asarray(t, self.problem.dtype)
         return _online_step(self.problem, self.controller, plan, state, t)

@@ -194,6 +194,56 @@ def test_online_mpc_steps_equal_run_mpc():
         online.init(jnp.zeros((horizon + 1, 3)))
 
 
+def _online_ticks(online, step, ticks=3):
+    """``ticks`` steps from states off the model's path (a plant that is not the model)."""
+    prob = online.problem
+    plan, x, out = online.init(), prob.state0, []
+    for j in range(ticks):
+        u, plan = step(plan, x, j * prob.dt)
+        out.append((np.asarray(u), np.asarray(plan.controls), int(plan.status), float(plan.cost)))
+        x = prob.step(x, 1.1 * u, j * prob.dt)
+    return out
+
+
+@pytest.mark.long  # two compilations of the step (~10 s); the default tier ticks the compiled
+# step in test_online_mpc_steps_equal_run_mpc (against run_mpc's closed loop)
+def test_online_mpc_compiled_step_equals_the_jit_path():
+    """The ahead-of-time compiled step (flat problem arrays, one executable per signature)
+    gives bitwise the controls, plan, status and cost of the ``equinox.filter_jit`` path it
+    replaces, tick after tick."""
+    from geomjax.control.mpc import _online_step
+
+    online = OnlineMPC(_problem(3, torque_max=0.8), MPC(ILQR(), iterations=1))
+
+    def old(plan, x, t):
+        t = jnp.asarray(t, online.problem.dtype)
+        return _online_step(online.problem, online.controller, plan, x, t)
+
+    fast, ref = _online_ticks(online, online.step), _online_ticks(online, old)
+    assert len(online._steps.compiled) == 1  # one signature, compiled once
+    for a, b in zip(fast, ref):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        assert a[2:] == b[2:]
+
+
+@pytest.mark.long  # three more compilations of the step
+def test_online_mpc_rebuilt_or_traced_uses_its_own_problem():
+    """An OnlineMPC rebuilt around another problem (``equinox.tree_at``) shares the holder of
+    the compiled steps but not its arrays: it solves its own problem; under ``jax.jit`` the
+    step is traced into the caller's program with the same result."""
+    online = OnlineMPC(_problem(3, torque_max=0.8), MPC(ILQR(), iterations=1))
+    first = _online_ticks(online, online.step, 1)
+    other = eqx.tree_at(lambda o: o.problem, online, _problem(3, torque_max=0.8, angle=0.3))
+    moved = _online_ticks(other, other.step, 1)
+    fresh = OnlineMPC(other.problem, other.controller)
+    np.testing.assert_array_equal(moved[0][0], _online_ticks(fresh, fresh.step, 1)[0][0])
+    assert np.max(np.abs(moved[0][0] - first[0][0])) > 1e-3  # another target, other torques
+    jitted = jax.jit(lambda o, plan, x, t: o.step(plan, x, t))
+    traced = _online_ticks(online, lambda plan, x, t: jitted(online, plan, x, t), 1)
+    np.testing.assert_allclose(traced[0][0], first[0][0], atol=1e-12)
+
+
 # --- the backward pass against a plain reference ----------------------------------------------
 def _reference_box_qp(H, g, lower, upper, x0, iters=20, line_steps=12):
     """Projected Newton (Tassa, Mansard & Todorov 2014, Algorithm 1) written plainly: every

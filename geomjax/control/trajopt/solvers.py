@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .backward import _backward
+from .backward import _backward, _backward_placeholder
 from .line_search import _line_search
 from .linearize import _linearize
 from .loop import iterate
@@ -230,8 +230,7 @@ def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
         out, ok = bw(reg)
         return reg, out, ok, jnp.zeros((), bool)
 
-    shapes = jax.eval_shape(bw, s.reg)
-    out0, ok0 = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+    out0, ok0 = _backward_placeholder(problem, n)
     init = (s.reg, out0, ok0, jnp.ones((), bool))
     reg, out, ok, _ = jax.lax.while_loop(retry_cond, retry_body, init)
     Vx = jnp.concatenate([out["Vx"], VxN[None]])
