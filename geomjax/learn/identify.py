@@ -250,7 +250,7 @@ def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
     for tab, delta, xi0 in zip(tables, deltas, xis, strict=True):
 
         def run(g_start, d, x, u, t0, h, L=tab["L"]):
-            if B is not None:
+            if B is not None and u is not None:
                 u = u @ B.T
             g0 = G.rplus(g_start, d)
             state0 = sys.state_from_velocity(g0, x)
@@ -370,6 +370,7 @@ def _problem(
     for i, tr in enumerate(trajs):
         groups.setdefault((tr.num_samples, tr.xi is None), []).append(i)
     tables, deltas0, xis0, where_traj = [], [], [], {}
+    any_u = any(t.controls is not None for t in trajs)
     for (N, no_xi), members in groups.items():
         L = N - 1 if segment_length is None else min(segment_length, N - 1)
         S, idx, mask = _segments(N, L)
@@ -410,7 +411,9 @@ def _problem(
                 t0=jnp.asarray(np.stack(t0s), dtype),
                 g=jnp.stack(gs),
                 mask=jnp.asarray(mask),
-                u=jnp.asarray(np.stack(us), dtype),
+                # no controls in any record: None (a free run; no per-step control array,
+                # whose cotangents would make the reversible adjoint's memory O(steps))
+                u=jnp.asarray(np.stack(us), dtype) if any_u else None,
                 xi=None if no_xi else jnp.stack(xis),
                 vn=vn,
             )
