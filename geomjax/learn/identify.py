@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.warn import warn
-from ..integrators import LGVI, simulate
+from ..integrators import LGVI, NonholonomicVI, simulate
 from . import parameterize as P
 from .data import Trajectory, check_trajectory
 
@@ -166,7 +166,8 @@ def _put(model, positions, vals):
 
 def dynamics_of(model, method=None, who="fit_parameters"):
     """``(system, method)`` of a model: a system on a Lie group (with ``method``, default
-    :class:`~geomjax.LGVI` ``()``), or a *parametric model*, any object with a ``dynamics()``
+    :class:`~geomjax.LGVI` ``()``, or :class:`~geomjax.NonholonomicVI` ``()`` for the systems
+    it integrates, e.g. :class:`~geomjax.learn.GroupLagrangianSystem`), or a *parametric model*, any object with a ``dynamics()``
     method returning ``(system, method)`` built from its leaves (e.g. one mass used by both the
     inertia and gravity, and a thrust map in an :class:`~geomjax.control.trajopt.Actuated`
     method; see :class:`geomjax.learn.problems.QuadrotorModel`)."""
@@ -184,7 +185,11 @@ def dynamics_of(model, method=None, who="fit_parameters"):
             f"{who}: argument 'system' must be a system on a Lie group or a model with "
             f"dynamics() -> (system, method), got {type(model).__name__}"
         )
-    return system, LGVI() if method is None else method
+    if method is None:
+        method = LGVI()
+        if not method.supports(system):
+            method = NonholonomicVI() if NonholonomicVI().supports(system) else method
+    return system, method
 
 
 class _Spec(eqx.Module):
