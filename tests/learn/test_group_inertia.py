@@ -6,6 +6,7 @@ defect."""
 
 import equinox as eqx
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -198,3 +199,31 @@ def test_bad_arguments_named():
         GroupLagrangianSystem(gj.SO3, np.eye(3))
     with pytest.raises(ValueError, match="'potential'"):
         GroupLagrangianSystem(gj.SO3, _prior, potential=1.0)
+
+
+@pytest.mark.long
+def test_weight_gradients_reversible_plain_and_finite_differences():
+    """The gradient of a rollout loss with respect to the inertia network's weights: the
+    reversible adjoint equals plain reverse mode (to the reconstruction's round-off), which
+    equals central finite differences along a random direction of the weights."""
+    sys = GroupLagrangianSystem(gj.SO3, learned_inertia(), TOP)
+    s0 = sys.state_from_velocity(R0, W0)
+    params, static = eqx.partition(sys, eqx.is_inexact_array)
+
+    def loss(p, adjoint):
+        m = eqx.combine(p, static)
+        sol = gj.simulate(m, gj.NonholonomicVI(), s0, 0.02, 50, save_every=10, adjoint=adjoint)
+        return jnp.sum(sol.states.v**2) + jnp.sum(sol.states.g[:, :, 0] * jnp.arange(3.0))
+
+    g_plain = jax.jit(jax.grad(lambda p: loss(p, None)))(params)
+    g_rev = jax.jit(jax.grad(lambda p: loss(p, gj.ReversibleAdjoint())))(params)
+    flat_p, unravel = jax.flatten_util.ravel_pytree(g_plain)
+    flat_r, _ = jax.flatten_util.ravel_pytree(g_rev)
+    assert np.max(np.abs(flat_p)) > 0
+    np.testing.assert_allclose(flat_r, flat_p, atol=1e-10 * np.max(np.abs(flat_p)))
+    d = unravel(jax.random.normal(jax.random.PRNGKey(7), flat_p.shape))
+    f = jax.jit(lambda e: loss(jax.tree.map(lambda a, b: a + e * b, params, d), None))
+    eps = 1e-5
+    fd = (float(f(eps)) - float(f(-eps))) / (2 * eps)
+    exact = float(flat_p @ jax.flatten_util.ravel_pytree(d)[0])
+    assert abs(fd - exact) < 1e-6 * (1 + abs(exact))
