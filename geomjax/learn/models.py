@@ -173,9 +173,9 @@ class NeuralInertia(eqx.Module):
 
     A ``metric`` of :class:`~geomjax.variational.LagrangianSystem` (``K = ½ q̇ᵀ M(q) q̇``), so
     :class:`~geomjax.DiscreteEulerLagrange`, the adjoints and
-    :func:`~geomjax.control.trajopt.solve_ocp` run on the learned model unchanged.  (The Lie
-    group systems of geomjax have a constant, left-invariant inertia: a configuration-dependent
-    one lives in coordinates.)
+    :func:`~geomjax.control.trajopt.solve_ocp` run on the learned model unchanged.  On a Lie
+    group it is the ``inertia`` of a :class:`GroupLagrangianSystem` (``q`` is then the group
+    element ``g``: give ``features``, e.g. ``lambda R: R.reshape(-1)`` and ``n_in=9``).
 
     Arguments:
         n: the number of coordinates (``M`` is ``(n, n)``).
