@@ -227,3 +227,56 @@ def test_weight_gradients_reversible_plain_and_finite_differences():
     fd = (float(f(eps)) - float(f(-eps))) / (2 * eps)
     exact = float(flat_p @ jax.flatten_util.ravel_pytree(d)[0])
     assert abs(fd - exact) < 1e-6 * (1 + abs(exact))
+
+
+class _TiltInertia(eqx.Module):
+    """``I(R) = I0 + a (Rᵀe₃)(Rᵀe₃)ᵀ``: an inertia that depends on the attitude through one
+    parameter ``a``."""
+
+    a: jax.Array
+
+    def __call__(self, R):
+        z = R[2]
+        return jnp.asarray(I0, R.dtype) + self.a * jnp.outer(z, z)
+
+
+@pytest.mark.long
+def test_configuration_dependent_inertia_identified_from_dop853_records():
+    """Three 1-s records of a top with ``I(R) = I0 + 0.3 zzᵀ`` (the hand-written continuous
+    equations, DOP853; orientation noise 1e-3 rad, velocity noise 1e-2 rad/s): fit_parameters,
+    through NonholonomicVI, recovers ``a`` within three of its standard deviations and 3 %
+    (measured: 0.2997 ± 0.0032)."""
+    from geomjax.learn import Trajectory, fit_parameters
+    from geomjax.learn.reference import noisy
+
+    rhs = jax.jit(reference_rhs(_TiltInertia(jnp.asarray(0.3)), TOP))
+    rng = np.random.default_rng(0)
+    ts = np.arange(21) * 0.05
+    data = []
+    for _ in range(3):
+        R0 = np.asarray(gj.SO3.exp(jnp.asarray(0.8 * rng.standard_normal(3))))
+        W0 = rng.standard_normal(3)
+        sol = scipy_integrate.solve_ivp(
+            lambda t, y: np.asarray(rhs(t, jnp.asarray(y))),
+            (0.0, ts[-1]),
+            np.concatenate([R0.reshape(-1), W0]),
+            method="DOP853",
+            rtol=1e-12,
+            atol=1e-12,
+            t_eval=ts,
+        )
+        R, W = sol.y.T[:, :9].reshape(-1, 3, 3), sol.y.T[:, 9:]
+        data.append(Trajectory(ts, noisy(R, 1e-3, rng), xi=W + 1e-2 * rng.standard_normal(W.shape)))
+    model = GroupLagrangianSystem(gj.SO3, _TiltInertia(jnp.asarray(0.1)), TOP)
+    res = fit_parameters(
+        model,
+        data,
+        lambda s: s.inertia.a,
+        kinds="positive",
+        substeps=2,
+        noise=1e-3,
+        velocity_noise=1e-2,
+        segment_length=10,
+    ).check()
+    a, std = float(res.values[0]), float(res.std[0])
+    assert abs(a - 0.3) < 3 * std and abs(a - 0.3) < 0.03 * 0.3
