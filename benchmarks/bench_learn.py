@@ -78,18 +78,23 @@ def train_structured(data, steps):
         NeuralPotential(gj.SO3, jax.random.PRNGKey(0), width=16, depth=2, invariant="vertical"),
     )
     stamps = []
+    stages = ((2, steps // 2), (5, steps // 4), (10, steps - steps // 2 - steps // 4))
     t0 = time.perf_counter()
     trained, losses = fit_model(
         model,
         data,
-        segment_length=((2, steps // 2), (5, steps // 4), (10, steps - steps // 2 - steps // 4)),
+        segment_length=stages,
         substeps=2,
         noise=1e-3,
         velocity_noise=1e-2,
         callback=lambda k, v: stamps.append(time.perf_counter()),
     )
     total = time.perf_counter() - t0
-    return trained, total, losses
+    # the first step of each stage compiles its program (a new segment length): reported apart
+    dts = np.diff(np.concatenate([[t0], stamps]))
+    firsts = np.cumsum([0] + [n for _, n in stages[:-1]])
+    split = {"first_steps_s": float(dts[firsts].sum()), "step_ms": 1e3 * float(np.median(dts))}
+    return trained, total, losses, split
 
 
 def train_node(data, steps):
@@ -103,7 +108,7 @@ def train_node(data, steps):
         segment_length=10,
         steps=steps,
     )
-    return node, time.perf_counter() - t0, losses
+    return node, time.perf_counter() - t0, losses, {}
 
 
 def errors_structured(model, motions):
@@ -211,7 +216,7 @@ def main(argv=None):
         ):
             if n == 10 and "LGVI" in name:
                 continue
-            model, total, losses = train(data, steps)
+            model, total, losses, split = train(data, steps)
             err = errs(model, motions)
             rows.append(
                 {
@@ -219,13 +224,24 @@ def main(argv=None):
                     "records": n,
                     "train_s": total,
                     "s_per_step": total / len(losses),
+                    # structured: the stages' first steps (compilation) and the median step
+                    "first_steps_s": split.get("first_steps_s"),
+                    "step_ms": split.get("step_ms"),
                     "final_loss": float(losses[-1]),
                     **at_horizons(err),
                 }
             )
             curves[f"{name}, {n} records"] = err
             models[(name, n)] = model
-    cols = ["model", "records", "train_s", "s_per_step", *[f"err_{k}x" for k in HORIZONS]]
+    cols = [
+        "model",
+        "records",
+        "train_s",
+        "s_per_step",
+        "first_steps_s",
+        "step_ms",
+        *[f"err_{k}x" for k in HORIZONS],
+    ]
     print_table(rows, cols, title="rollout error [rad] against horizon (x record length)")
     ratio = [
         {
