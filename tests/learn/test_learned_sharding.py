@@ -36,7 +36,7 @@ V = eqx.tree_at(lambda v: v.mlp.layers[-1].weight, V,
 body = gj.RigidBody(I, V)
 
 def maxdiff(a, b):
-    return max(float(jnp.max(jnp.abs(x - y))) for x, y in
+    return max(float(jnp.max(jnp.abs(x - y), initial=0.0)) for x, y in
                zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 # 1. a learned-potential body, a batch of initial states split over the devices
@@ -61,6 +61,18 @@ if os.environ.get("GEOMJAX_FULL", "0") == "1":
     g_ref = eqx.filter_jit(eqx.filter_grad(lambda m: loss(m, False)))(body)
     out["grad_diff"] = maxdiff(g_sh, g_ref)
     out["grad_scale"] = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(g_ref))
+    # a configuration-dependent inertia on SO(3) (GroupLagrangianSystem, NonholonomicVI)
+    from geomjax.learn import GroupLagrangianSystem, NeuralInertia
+    M = NeuralInertia(3, jax.random.PRNGKey(2), n_in=9, features=lambda R: R.reshape(-1),
+                      width=8, depth=1, scale=0.2, prior=lambda R: jnp.diag(I))
+    M = eqx.tree_at(lambda m: m.mlp.layers[-1].weight, M,
+                    0.3 * jnp.asarray(rng.standard_normal(M.mlp.layers[-1].weight.shape)))
+    top = GroupLagrangianSystem(gj.SO3, M, V)
+    x0 = jax.vmap(top.state_from_velocity)(R, jnp.asarray(rng.standard_normal((B, 3))))
+    nvi = gj.NonholonomicVI()
+    sh = jax.jit(lambda s: gj.simulate_sharded(top, nvi, s, dt, steps, save_every=4))(x0)
+    ref = jax.jit(jax.vmap(lambda s: gj.simulate(top, nvi, s, dt, steps, save_every=4)))(x0)
+    out["inertia_sharded"] = maxdiff(sh.states, ref.states)
 
 # 3. shard_vmap over a batch of learned models (one network per member, e.g. an ensemble)
 keys = jax.random.split(jax.random.PRNGKey(1), B)
@@ -108,6 +120,8 @@ def test_learned_system_sharded_gradient(four_devices):
     # the weights' cotangents are summed over devices (psum), then over the batch: round-off
     assert four_devices["grad_scale"] > 0
     assert four_devices["grad_diff"] <= 1e-12 * four_devices["grad_scale"]
+    # a learned configuration-dependent inertia on SO(3), NonholonomicVI
+    assert four_devices["inertia_sharded"] <= 1e-13
 
 
 def test_ensemble_of_learned_models_under_shard_vmap(four_devices):
