@@ -16,11 +16,20 @@ model from a tenth of its data), and report:
 * for the largest data set: group defect and the energy variation over 1e5 steps (1e4 with
   ``--fast``) — the learned model's own energy, and the true energy of the black box's states.
 
-Writes ``benchmarks/results/learn.json`` and ``learn.png`` (error against horizon).
+* memory of one training-loss gradient against record length (compile only: XLA's temporary
+  buffers), plain reverse mode against ``adjoint=ReversibleAdjoint()`` (``fitting_loss``, the
+  loss ``fit_model`` and ``fit_parameters`` minimize): records of 11 samples 10, 100 and 1000
+  integrator steps apart (100 to 10⁴ steps in all, single shooting), and records sampled at every
+  other step (100 to 10⁴ steps, the multiple-shooting segments of training).  With
+  ``--memory`` only this section runs.
+
+Writes ``benchmarks/results/learn.json``, ``learn_memory.json`` and ``learn.png`` (error against
+horizon).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import jax
@@ -31,7 +40,14 @@ from common import RESULTS, fast_mode, print_table, save_figure, write_json
 jax.config.update("jax_enable_x64", True)
 
 import geomjax as gj  # noqa: E402
-from geomjax.learn import NeuralODE, NeuralPotential, fit_model, fit_neural_ode  # noqa: E402
+from geomjax.learn import (  # noqa: E402
+    NeuralODE,
+    NeuralPotential,
+    fit_model,
+    fit_neural_ode,
+    fitting_loss,
+    neural_leaves,
+)
 from geomjax.learn.problems import PENDULUM, pendulum_records, rotation_errors  # noqa: E402
 from geomjax.learn.reference import so3_reference  # noqa: E402
 
@@ -62,18 +78,23 @@ def train_structured(data, steps):
         NeuralPotential(gj.SO3, jax.random.PRNGKey(0), width=16, depth=2, invariant="vertical"),
     )
     stamps = []
+    stages = ((2, steps // 2), (5, steps // 4), (10, steps - steps // 2 - steps // 4))
     t0 = time.perf_counter()
     trained, losses = fit_model(
         model,
         data,
-        segment_length=((2, steps // 2), (5, steps // 4), (10, steps - steps // 2 - steps // 4)),
+        segment_length=stages,
         substeps=2,
         noise=1e-3,
         velocity_noise=1e-2,
         callback=lambda k, v: stamps.append(time.perf_counter()),
     )
     total = time.perf_counter() - t0
-    return trained, total, losses
+    # the first step of each stage compiles its program (a new segment length): reported apart
+    dts = np.diff(np.concatenate([[t0], stamps]))
+    firsts = np.cumsum([0] + [n for _, n in stages[:-1]])
+    split = {"first_steps_s": float(dts[firsts].sum()), "step_ms": 1e3 * float(np.median(dts))}
+    return trained, total, losses, split
 
 
 def train_node(data, steps):
@@ -87,7 +108,7 @@ def train_node(data, steps):
         segment_length=10,
         steps=steps,
     )
-    return node, time.perf_counter() - t0, losses
+    return node, time.perf_counter() - t0, losses, {}
 
 
 def errors_structured(model, motions):
@@ -112,8 +133,73 @@ def at_horizons(err):
     return {f"err_{k}x": float(np.max(err[: 20 * k + 1])) for k in HORIZONS}
 
 
+def memory_section(fast):
+    """XLA temp memory of one gradient of the training loss, plain reverse mode against the
+    reversible adjoint, against the record length; and the two gradients' difference."""
+    model = gj.RigidBody(
+        PENDULUM["inertia"],
+        NeuralPotential(gj.SO3, jax.random.PRNGKey(0), width=16, depth=2, invariant="vertical"),
+    )
+    dt = 0.01
+    cases = [("sparse", 11, S, None) for S in ((10, 100) if fast else (10, 100, 1000))]
+    cases += [("dense", n + 1, 2, 10) for n in ((50, 500) if fast else (50, 500, 5000))]
+    rows = []
+    for kind, n_samples, substeps, seg in cases:
+        data = pendulum_records(1, n_samples, h=substeps * dt, seed=3)
+        row = {
+            "samples": kind,
+            "record_steps": (n_samples - 1) * substeps,
+            "n_samples": n_samples,
+            "segment_length": seg or n_samples - 1,
+        }
+        grads = {}
+        for name, adj in (("plain", None), ("reversible", gj.ReversibleAdjoint())):
+            loss, y0, _ = fitting_loss(
+                model,
+                data,
+                neural_leaves,
+                kinds="free",
+                substeps=substeps,
+                segment_length=seg,
+                noise=1e-3,
+                velocity_noise=1e-2,
+                adjoint=adj,
+            )
+            t = time.perf_counter()
+            compiled = jax.jit(jax.grad(loss)).lower(y0).compile()
+            row[f"{name}_compile_s"] = time.perf_counter() - t
+            mem = compiled.memory_analysis()
+            row[f"{name}_temp_MB"] = None if mem is None else mem.temp_size_in_bytes / 1e6
+            grads[name] = np.asarray(compiled(y0))
+        row["plain_over_reversible"] = (
+            row["plain_temp_MB"] / row["reversible_temp_MB"] if row["reversible_temp_MB"] else None
+        )
+        row["grad_rel_diff"] = float(
+            np.max(np.abs(grads["reversible"] - grads["plain"])) / np.max(np.abs(grads["plain"]))
+        )
+        rows.append(row)
+    cols = [
+        "samples",
+        "record_steps",
+        "n_samples",
+        "plain_temp_MB",
+        "reversible_temp_MB",
+        "plain_over_reversible",
+        "grad_rel_diff",
+        "plain_compile_s",
+        "reversible_compile_s",
+    ]
+    print_table(rows, cols, title="training-loss gradient: XLA temp memory against record length")
+    write_json("learn_memory", {"rows": rows, "dt": dt, "fast": fast})
+    return rows
+
+
 def main(argv=None):
     fast = fast_mode(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--memory" in argv:
+        memory_section(fast)
+        return
     steps = 300 if fast else 600
     amounts = (1, 4) if fast else (1, 2, 4)
     long_steps = 10_000 if fast else 100_000
@@ -130,7 +216,7 @@ def main(argv=None):
         ):
             if n == 10 and "LGVI" in name:
                 continue
-            model, total, losses = train(data, steps)
+            model, total, losses, split = train(data, steps)
             err = errs(model, motions)
             rows.append(
                 {
@@ -138,13 +224,24 @@ def main(argv=None):
                     "records": n,
                     "train_s": total,
                     "s_per_step": total / len(losses),
+                    # structured: the stages' first steps (compilation) and the median step
+                    "first_steps_s": split.get("first_steps_s"),
+                    "step_ms": split.get("step_ms"),
                     "final_loss": float(losses[-1]),
                     **at_horizons(err),
                 }
             )
             curves[f"{name}, {n} records"] = err
             models[(name, n)] = model
-    cols = ["model", "records", "train_s", "s_per_step", *[f"err_{k}x" for k in HORIZONS]]
+    cols = [
+        "model",
+        "records",
+        "train_s",
+        "s_per_step",
+        "first_steps_s",
+        "step_ms",
+        *[f"err_{k}x" for k in HORIZONS],
+    ]
     print_table(rows, cols, title="rollout error [rad] against horizon (x record length)")
     ratio = [
         {
@@ -207,6 +304,7 @@ def main(argv=None):
         },
     ]
     print_table(long_rows, list(long_rows[0]), title=f"{long_steps} steps of 0.01 s")
+    memory_section(fast)
     write_json(
         "learn",
         {

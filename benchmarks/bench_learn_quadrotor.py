@@ -16,7 +16,16 @@ see ``QuadrotorModel`` for why one torque scale must be).  Reports:
   the true model (LGVI, 0.03-s steps), each plan's thrusts flown open loop on the true dynamics
   (DOP853): the final distance to the target.
 
-Writes ``benchmarks/results/learn_quadrotor.json``.
+* rollouts on held-out flights (new thrust sequences, from the reference) up to 10× the
+  training records' length, open loop from the true initial state: the identified model (LGVI,
+  four steps per sample; the true parameters in the same integrator as the floor of what any
+  model integrated so can reach: open loop, the flights diverge from any small error) against a black-box neural ODE (diffrax, ``ż = MLP(z, u)`` on
+  ``z = (vec R, x, ω, v)``, 64×2 tanh) trained on the same flights with Adam (``BLACK_BOX_STEPS``
+  steps); position and rotation errors at 1×, 2×, 5× and 10× the record length, and each
+  model's group defect ``|RᵀR − 1|`` (``--rollouts``: only this section and the first fit).
+
+Writes ``benchmarks/results/learn_quadrotor.json`` (``learn_quadrotor_rollouts.json`` and
+``learn_quadrotor_rollouts.png`` for the rollouts).
 """
 
 from __future__ import annotations
@@ -24,18 +33,23 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from common import print_table, write_json
+from common import RESULTS, print_table, save_figure, write_json
 
 jax.config.update("jax_enable_x64", True)
 
 import geomjax as gj  # noqa: E402
-from geomjax.learn import fit_parameters, identify  # noqa: E402
+from geomjax.learn import NeuralODE, fit_neural_ode, fit_parameters, identify  # noqa: E402
 from geomjax.learn.problems import QUADROTOR_TRUTH as T  # noqa: E402
-from geomjax.learn.problems import QuadrotorModel, quadrotor_records  # noqa: E402
+from geomjax.learn.problems import QuadrotorModel, quadrotor_records, rotation_errors  # noqa: E402
 from geomjax.learn.reference import se3_reference  # noqa: E402
 
 TARGET = np.array([1.0, 0.0, 1.0])
+H = 0.02  # the records' sample interval (quadrotor_records)
+HORIZONS = (1, 2, 5, 10)
+BLACK_BOX_STEPS = 1500
+SUBSTEPS = 4  # LGVI steps per sample in the rollouts (0.005 s)
 
 
 def fit(flights, start):
@@ -95,11 +109,141 @@ def plan_and_fly(model):
     }
 
 
+def _flat(g):
+    """``(N, 12)``: ``vec R`` and the position of poses ``(N, 4, 4)``."""
+    g = np.asarray(g)
+    return np.concatenate([g[:, :3, :3].reshape(len(g), 9), g[:, :3, 3]], axis=1)
+
+
+def _errors(g_ref, R, x):
+    """Position error [m] and rotation angle [rad] per sample (``R`` projected onto SO(3): the
+    black box's matrices leave the group)."""
+    return (
+        np.linalg.norm(np.asarray(x) - np.asarray(g_ref)[:, :3, 3], axis=1),
+        rotation_errors(np.asarray(g_ref)[:, :3, :3], R),
+    )
+
+
+def rollouts(identified, flights, n_samples, fast):
+    """The identified model and a neural ODE trained on ``flights``, rolled out on held-out
+    flights 10× as long (see the module docstring)."""
+    steps = BLACK_BOX_STEPS // 3 if fast else BLACK_BOX_STEPS
+    t = time.perf_counter()
+    node, _, losses = fit_neural_ode(
+        NeuralODE(12, 6, jax.random.PRNGKey(1), n_u=4),
+        [_flat(f.g) for f in flights],
+        H,
+        W_obs=[np.asarray(f.xi) for f in flights],
+        velocity_weight=1e-2,
+        segment_length=10,
+        steps=steps,
+        controls=[np.asarray(f.controls) for f in flights],
+    )
+    node_train_s = time.perf_counter() - t
+    n_long = 10 * (n_samples - 1) + 1
+    _, exact = quadrotor_records(n_records=3, n_samples=n_long, excitation=1.0, seed=99, clean=True)
+    held = quadrotor_records(n_records=3, n_samples=n_long, excitation=1.0, seed=99)
+    truth = QuadrotorModel(T["mass"], T["inertia"], T["moment_coefficient"], T["arm"])
+    models = {"identified (LGVI)": identified, "true parameters (LGVI)": truth}
+    BB = "neural ODE (black box)"
+    curves = {**{k: [] for k in models}, BB: []}
+    defects = {k: 0.0 for k in curves}
+    for (g_ref, xi_ref), rec in zip(exact, held, strict=True):
+        u = np.asarray(rec.controls)
+        for name, model in models.items():
+            system, B = model.system(), np.asarray(model.actuation())
+            s0 = system.state_from_velocity(jnp.asarray(g_ref[0]), jnp.asarray(xi_ref[0]))
+            sol = gj.simulate(
+                system,
+                gj.LGVI(),
+                s0,
+                H / SUBSTEPS,
+                SUBSTEPS * (n_long - 1),
+                np.repeat(u @ B.T, SUBSTEPS, axis=0),
+                save_every=SUBSTEPS,
+            )
+            g = np.asarray(sol.states.g)
+            curves[name].append(_errors(g_ref, g[:, :3, :3], g[:, :3, 3]))
+            defects[name] = max(
+                defects[name], float(np.max(np.asarray(gj.SE3.defect(sol.states.g))))
+            )
+        z0 = jnp.concatenate([jnp.asarray(_flat(g_ref[:1])[0]), jnp.asarray(xi_ref[0])])
+        Z = np.asarray(node.rollout(z0, H, n_long - 1, controls=jnp.asarray(u)))
+        Rn = Z[:, :9].reshape(-1, 3, 3)
+        curves[BB].append(_errors(g_ref, Rn, Z[:, 9:12]))
+        dn = np.max(np.abs(np.einsum("kji,kjl->kil", Rn, Rn) - np.eye(3)))
+        defects[BB] = max(defects[BB], float(dn))
+    rows = []
+    L = n_samples - 1
+    worst = {}
+    for name, errs in curves.items():
+        pos = np.max([e[0] for e in errs], axis=0)
+        rot = np.max([e[1] for e in errs], axis=0)
+        worst[name] = (pos, rot)
+        rows.append(
+            {
+                "model": name,
+                **{f"pos_{k}x_m": float(np.max(pos[: k * L + 1])) for k in HORIZONS},
+                **{f"rot_{k}x_rad": float(np.max(rot[: k * L + 1])) for k in HORIZONS},
+                "group_defect": defects[name],
+            }
+        )
+    by = {r["model"]: r for r in rows}
+    by[BB]["train_s"] = node_train_s
+    by[BB]["final_loss"] = float(losses[-1])
+    cols = ["model", *[f"pos_{k}x_m" for k in HORIZONS], *[f"rot_{k}x_rad" for k in HORIZONS]]
+    print_table(
+        rows,
+        [*cols, "group_defect"],
+        title=f"held-out rollouts, error against horizon (records {L * H:.2f} s; largest of 3)",
+    )
+    ratio = {
+        f"{q}_{k}x": by[BB][f"{q}_{k}x_{u}"] / by["identified (LGVI)"][f"{q}_{k}x_{u}"]
+        for q, u in (("pos", "m"), ("rot", "rad"))
+        for k in HORIZONS
+    }
+    print_table([ratio], list(ratio), title="black box / identified")
+    write_json(
+        "learn_quadrotor_rollouts",
+        {
+            "rows": rows,
+            "black_box_over_identified": ratio,
+            "record_s": L * H,
+            "black_box_steps": steps,
+            "curves": {k: [v[0].tolist(), v[1].tolist()] for k, v in worst.items()},
+            "fast": fast,
+        },
+    )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    tt = np.arange(n_long) * H
+    for (name, (pos, _)), ls in zip(worst.items(), ("-", ":", "--"), strict=True):
+        ax.semilogy(tt, np.maximum(pos, 1e-7), ls=ls, label=name)
+    ax.axvline(L * H, color="k", lw=0.5)
+    ax.set_xlabel(f"time [s] (records are {L * H:.2f} s long)")
+    ax.set_ylabel("position error [m] (largest of 3 flights)")
+    ax.legend(fontsize=7)
+    save_figure(fig, RESULTS / "learn_quadrotor_rollouts.png")
+    return rows, ratio
+
+
 def main(argv=None):
+    import sys
+
     from common import fast_mode
 
     fast = fast_mode(argv)
+    argv = sys.argv[1:] if argv is None else argv
     n_samples = 26 if fast else 51
+    if "--rollouts" in argv:
+        flights = quadrotor_records(n_records=3, n_samples=n_samples, excitation=1.0, seed=0)
+        res, _, _ = fit(flights, (1.2, np.diag([0.015, 0.015, 0.025]), 0.03))
+        rollouts(res.system, flights, n_samples, fast)
+        return
     fits = []
     results = {}
     for label, seed, start in (
@@ -140,6 +284,8 @@ def main(argv=None):
         "learn_quadrotor",
         {"fits": fits, "first_over_second": ratio, "plans": plans, "fast": fast},
     )
+    flights = quadrotor_records(n_records=3, n_samples=n_samples, excitation=1.0, seed=0)
+    rollouts(learned, flights, n_samples, fast)
 
 
 if __name__ == "__main__":

@@ -233,6 +233,15 @@ def check_learning(ns):
     assert np.linalg.norm(ns["J_fit"] - T["inertia"]) < 0.02 * np.linalg.norm(T["inertia"])
     assert abs(float(ns["k_fit"]) - T["moment_coefficient"]) < 0.05 * T["moment_coefficient"]
     assert ns["miss"] < 0.02
+    # a configuration-dependent inertia on SO(3): on the group, the energy conserved to O(h²)
+    sol_I, top = ns["sol_I"], ns["top"]
+    assert float(jnp.max(ns["gj"].SO3.defect(sol_I.states.g))) < 1e-12
+
+    def energy(g, v):
+        return 0.5 * v @ top.inertia(g) @ v + top.potential(g)
+
+    E = np.asarray(ns["jax"].vmap(energy)(sol_I.states.g, sol_I.states.v))
+    assert np.max(np.abs(E - E[0])) < 1e-2 * (1 + abs(E[0]))
 
 
 def check_base_controlled(ns):

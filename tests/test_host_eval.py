@@ -95,6 +95,17 @@ _PRIMITIVE_CASES = {
         ),
         lambda r: (r.normal(size=3),),
     ),
+    "reductions of an empty axis (XLA's identities)": (
+        lambda x, i: (
+            jnp.max(x[:, :0], axis=1, initial=0.5),
+            jax.lax.reduce_max(x[:, :0], axes=(1,)),
+            jax.lax.reduce_min(x[:0], axes=(0,)),
+            # the integer limits, compared (their magnitude would overflow the check's 1 + |r|)
+            jax.lax.reduce_max(i[:0], axes=(0,)) == jnp.iinfo(i.dtype).min,
+            jax.lax.reduce_min(i[:0], axes=(0,)) == jnp.iinfo(i.dtype).max,
+        ),
+        lambda r: (r.normal(size=(2, 3)), r.integers(-9, 9, size=(4,)).astype(np.int32)),
+    ),
     "split, stack, transpose, squeeze": (
         lambda x: (
             jnp.split(x, [1, 3], axis=1)[1].T,

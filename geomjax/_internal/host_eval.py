@@ -134,6 +134,22 @@ def _reduce(fn):
     return lambda x, axes, **_: fn(x, axis=tuple(axes))
 
 
+def _reduce_extremum(fn, lowest):
+    # XLA's reductions of an empty axis give the identity (−inf for max, +inf for min; the
+    # integer limits), NumPy's raise: pass the identity as `initial`
+    def red(x, axes, **_):
+        x = np.asarray(x)
+        if x.dtype == np.bool_:
+            ident = not lowest
+        elif np.issubdtype(x.dtype, np.integer):
+            ident = np.iinfo(x.dtype).min if lowest else np.iinfo(x.dtype).max
+        else:
+            ident = -np.inf if lowest else np.inf
+        return fn(x, axis=tuple(axes), initial=ident)
+
+    return red
+
+
 def _round(x, rounding_method=0, **_):
     # 0: away from zero, 1: to nearest even (np.round)
     return np.round(x) if int(rounding_method) == 1 else np.sign(x) * np.floor(np.abs(x) + 0.5)
@@ -216,8 +232,8 @@ _WITH_PARAMS = {
     "iota": _iota,
     "dot_general": _dot_general,
     "reduce_sum": _reduce(np.sum),
-    "reduce_max": _reduce(np.max),
-    "reduce_min": _reduce(np.min),
+    "reduce_max": _reduce_extremum(np.max, lowest=True),
+    "reduce_min": _reduce_extremum(np.min, lowest=False),
     "reduce_prod": _reduce(np.prod),
     "reduce_and": _reduce(np.all),
     "reduce_or": _reduce(np.any),

@@ -19,6 +19,7 @@ from .baselines import NeuralODE, fit_neural_ode
 from .data import Trajectory
 from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_leaves
 from .models import (
+    GroupLagrangianSystem,
     InputMapped,
     NeuralDissipation,
     NeuralInertia,
@@ -32,6 +33,7 @@ from .parameterize import from_unconstrained, to_unconstrained
 __all__ = [
     "FitError",
     "FitResult",
+    "GroupLagrangianSystem",
     "InputMapped",
     "NeuralDissipation",
     "NeuralInertia",

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.warn import warn
-from ..integrators import LGVI, simulate
+from ..integrators import LGVI, NonholonomicVI, simulate
 from . import parameterize as P
 from .data import Trajectory, check_trajectory
 
@@ -166,7 +166,8 @@ def _put(model, positions, vals):
 
 def dynamics_of(model, method=None, who="fit_parameters"):
     """``(system, method)`` of a model: a system on a Lie group (with ``method``, default
-    :class:`~geomjax.LGVI` ``()``), or a *parametric model*, any object with a ``dynamics()``
+    :class:`~geomjax.LGVI` ``()``, or :class:`~geomjax.NonholonomicVI` ``()`` for the systems
+    it integrates, e.g. :class:`~geomjax.learn.GroupLagrangianSystem`), or a *parametric model*, any object with a ``dynamics()``
     method returning ``(system, method)`` built from its leaves (e.g. one mass used by both the
     inertia and gravity, and a thrust map in an :class:`~geomjax.control.trajopt.Actuated`
     method; see :class:`geomjax.learn.problems.QuadrotorModel`)."""
@@ -184,7 +185,11 @@ def dynamics_of(model, method=None, who="fit_parameters"):
             f"{who}: argument 'system' must be a system on a Lie group or a model with "
             f"dynamics() -> (system, method), got {type(model).__name__}"
         )
-    return system, LGVI() if method is None else method
+    if method is None:
+        method = LGVI()
+        if not method.supports(system):
+            method = NonholonomicVI() if NonholonomicVI().supports(system) else method
+    return system, method
 
 
 class _Spec(eqx.Module):
@@ -250,7 +255,7 @@ def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
     for tab, delta, xi0 in zip(tables, deltas, xis, strict=True):
 
         def run(g_start, d, x, u, t0, h, L=tab["L"]):
-            if B is not None:
+            if B is not None and u is not None:
                 u = u @ B.T
             g0 = G.rplus(g_start, d)
             state0 = sys.state_from_velocity(g0, x)
@@ -370,6 +375,7 @@ def _problem(
     for i, tr in enumerate(trajs):
         groups.setdefault((tr.num_samples, tr.xi is None), []).append(i)
     tables, deltas0, xis0, where_traj = [], [], [], {}
+    any_u = any(t.controls is not None for t in trajs)
     for (N, no_xi), members in groups.items():
         L = N - 1 if segment_length is None else min(segment_length, N - 1)
         S, idx, mask = _segments(N, L)
@@ -410,7 +416,9 @@ def _problem(
                 t0=jnp.asarray(np.stack(t0s), dtype),
                 g=jnp.stack(gs),
                 mask=jnp.asarray(mask),
-                u=jnp.asarray(np.stack(us), dtype),
+                # no controls in any record: None (a free run; no per-step control array,
+                # whose cotangents would make the reversible adjoint's memory O(steps))
+                u=jnp.asarray(np.stack(us), dtype) if any_u else None,
                 xi=None if no_xi else jnp.stack(xis),
                 vn=vn,
             )

@@ -129,7 +129,7 @@ def _constraint_defect(system, g, x, v, t):
     # would dispatch dozens of small ops on every simulate call; the eager tier's
     # (geomjax._internal.eager: host-evaluated first, then compiled without backend optimizations)
     c = system.constraint(g, x, v, t)
-    scale = jnp.max(jnp.abs(system.constraint_matrix(g, x, t))) * jnp.max(jnp.abs(v))
+    scale = jnp.max(jnp.abs(system.constraint_matrix(g, x, t)), initial=0.0) * jnp.max(jnp.abs(v))
     scale = scale + jnp.max(jnp.abs(system.constraint_rhs(g, x, t)), initial=0.0) + 1.0
     return jnp.max(jnp.abs(c), initial=0.0), scale
 
