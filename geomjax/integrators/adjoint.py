@@ -155,7 +155,7 @@ import jax.numpy as jnp
 from .._linalg import plain_stacks, select_stack
 from .base import AbstractAdjoint, AbstractMethod
 from .newton import record_solutions, replay_solutions
-from .simulate import _vmapped, cast_floating, simulate
+from .simulate import _control_chunk, _vmapped, cast_floating, simulate
 
 __all__ = ["ReversibleAdjoint", "reconstruction_error"]
 
@@ -824,14 +824,29 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             body = one_step_manual
         if stages is not None:
             body = one_step_stages  # (its stage loop packs, see one_step_stages)
-        carry, ct_us = _scan_maybe_packed(
-            body,
-            (x, t_end, ct_x, ct_t, ct_p, ct_dt),
-            us,
-            pack_carry and stages is None,
-            length=save_every,
-            reverse=True,
-        )
+        carry = (x, t_end, ct_x, ct_t, ct_p, ct_dt)
+        pack = pack_carry and stages is None
+        if chunk > 1:
+            # the block's controls in chunks of a few steps, as simulate's forward loop reads
+            # them (simulate._control_chunk: a per-step slice of the whole block costs more)
+            def steps_of_chunk(c, uc):
+                return _scan_maybe_packed(body, c, uc, pack, length=chunk, reverse=True)
+
+            carry, ct_us = jax.lax.scan(
+                steps_of_chunk,
+                carry,
+                jax.tree_util.tree_map(
+                    lambda u: jnp.reshape(u, (save_every // chunk, chunk, *u.shape[1:])), us
+                ),
+                reverse=True,
+            )
+            ct_us = jax.tree_util.tree_map(
+                lambda a: jnp.reshape(a, (save_every, *a.shape[2:])), ct_us
+            )
+        else:
+            carry, ct_us = _scan_maybe_packed(
+                body, carry, us, pack, length=save_every, reverse=True
+            )
         (x, _, ct_x, ct_t, ct_p, ct_dt) = carry
         if isinstance(ct_us, tuple):  # one_step_manual's entries
             ct_us = jnp.stack(ct_us, axis=-1)
@@ -850,6 +865,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         jnp.zeros((), dtype),
         jnp.zeros((), dtype),
     )
+    chunk = 1 if batched else _control_chunk(ublocks, save_every)
     xs = (later, earlier, ct_later, sol.times[1:], ct_ts[1:], ublocks)
     (ct_x, ct_t, ct_p, ct_dt, worst), ct_us = jax.lax.scan(
         block, c0, xs, length=n_save, reverse=True
