@@ -153,6 +153,7 @@ import jax
 import jax.numpy as jnp
 
 from .._linalg import plain_stacks, select_stack
+from ._so3_soa import hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 from .newton import record_solutions, replay_solutions
 from .simulate import _control_chunk, _vmapped, cast_floating, simulate
@@ -243,10 +244,11 @@ def _split(args, perturbed):
 def _advance(method, system, x, dt, u, t, sols=None):
     """``method.advance``, with its implicit solves replayed from ``sols`` (the reverse step's
     recorded solutions) when given."""
-    if sols is None:
-        return method.advance(system, x, dt, u, t)
-    with replay_solutions(sols):
-        return method.advance(system, x, dt, u, t)
+    with hand_written_derivatives():  # (see _so3_soa.hand_written_derivatives)
+        if sols is None:
+            return method.advance(system, x, dt, u, t)
+        with replay_solutions(sols):
+            return method.advance(system, x, dt, u, t)
 
 
 def _step_fn(static):

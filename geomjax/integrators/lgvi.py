@@ -472,7 +472,11 @@ class LGVI(AbstractMethod):
                 early_exit=self.early_exit,
             )
             x, r = soa.as_tuple3(x), soa.as_tuple3(r)
-        if lo is None and not needs_reorthonormalization(self.reorthonormalize, dtype):
+        if (
+            soa.hand_written()
+            and lo is None
+            and not needs_reorthonormalization(self.reorthonormalize, dtype)
+        ):
             # the explicit part with its hand-written derivative (soa.cayley_step: reverse
             # mode runs soa.lgvi_step_vjp, with x's implicit-function-theorem derivatives)
             root = x if cay_factor is None else (x, cay_factor)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from .._internal.warn import renamed, warn
-from ._so3_soa import batch_last_carry
+from ._so3_soa import batch_last_carry, hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 
 __all__ = ["ConvergenceError", "Solution", "load_solution", "simulate", "step"]
@@ -561,7 +561,7 @@ def _integrate(
     :func:`simulate` reuse one compilation instead of re-tracing and re-compiling the scan each
     time; under an outer ``jit``/``vmap``/``grad`` it is simply inlined.  ``batch_last``: trace
     within ``_so3_soa.batch_last_carry`` (``simulate`` is vmapped: see :func:`_vmapped`)."""
-    with batch_last_carry(batch_last):
+    with batch_last_carry(batch_last), hand_written_derivatives():
         return _integrate_traced(
             system, method, state0, dt, t0, blocks, feedback,
             n_save=n_save, save_every=save_every, checkpoint=checkpoint,
