@@ -5,21 +5,14 @@ The multi-device checks run in a subprocess with four host devices
 argument checks run here on the single default device.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host_devices import run_on_host_devices
 
 import geomjax as gj
 from geomjax.integrators import batch_mesh, simulate_sharded
-
-ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
 import json, os
@@ -100,18 +93,7 @@ print("RESULT" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def four_devices():
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(s for s in proc.stdout.splitlines() if s.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return run_on_host_devices(SCRIPT)
 
 
 @pytest.mark.long

@@ -5,15 +5,8 @@ Run in a subprocess with four host devices (``XLA_FLAGS`` must be set before JAX
 ``tests/integrators/test_sharding.py``.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from host_devices import run_on_host_devices
 
 SCRIPT = r"""
 import json, os
@@ -93,18 +86,7 @@ print("RESULT" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def four_devices():
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(s for s in proc.stdout.splitlines() if s.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return run_on_host_devices(SCRIPT)
 
 
 def test_learned_system_sharded_equals_vmap(four_devices):
