@@ -16,6 +16,7 @@ SUBPACKAGES = [
     "variational",
     "reconstruction",
     "control",
+    "learn",
 ]
 
 
