@@ -101,8 +101,7 @@ def energy(sys, states):
     return jax.vmap(E)(states.g, states.v)
 
 
-@pytest.mark.long
-def test_constant_inertia_is_the_lgvi():
+def test_constant_inertia_is_the_lgvi():  # (default tier: ~6 s, the class at a small size)
     """For ``I(R) = I0`` (the network's last layer at zero, as built) the step is the LGVI's."""
     I = NeuralInertia(3, jax.random.PRNGKey(0), n_in=9, features=_flat, scale=0.1, prior=_prior)
     sys = GroupLagrangianSystem(gj.SO3, I, TOP)
