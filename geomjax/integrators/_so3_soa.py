@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .._linalg import select_stack, solve3_scalars, stack_scalars, two_sum
-from .newton import _any_member, _unroll_scalar_iterations
+from .newton import _any_member, _newton_solve, _unroll_scalar_iterations
 
 _BATCH_LAST = [False]
 
@@ -568,17 +568,12 @@ def bjorck(R):
     return matmul(R, M)
 
 
-def _potential_gradient(system, R):
-    """The Euclidean gradient of the potential at the rotation entries ``R`` (9 scalars)."""
-    Rm = jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)])
-    G = jax.grad(system.potential_energy)(Rm)
-    return tuple(G[i, j] for i in range(3) for j in range(3))
-
-
 def potential_force(system, R):
     """``−dV`` for rotation entries ``R`` (9 scalars): ``−vee(R^T ∇V − ∇V^T R)`` written out, with
     ``∇V`` the Euclidean gradient of the potential at the matrix ``R``."""
-    Gs = _potential_gradient(system, R)
+    Rm = jnp.stack([jnp.stack(R[3 * i : 3 * i + 3]) for i in range(3)])
+    G = jax.grad(system.potential_energy)(Rm)
+    Gs = tuple(G[i, j] for i in range(3) for j in range(3))
 
     def A(i, j):  # (R^T G)_ij
         return R[i] * Gs[j] + R[3 + i] * Gs[3 + j] + R[6 + i] * Gs[6 + j]
@@ -658,20 +653,8 @@ def lgvi_step_vjp(I, R, Pi, x, h, u, ct_R1, ct_Pi1, need_I=True, need_h=False, K
     y = inertia_apply(I, x)
     n2 = dot(x, x)
     cc = 1.0 + q * n2
-    hq = 2.0 * q
-    qy = tuple(hq * y[i] for i in range(3))
-    Im = I if len(I) == 9 else (I[0], 0.0, 0.0, 0.0, I[1], 0.0, 0.0, 0.0, I[2])
-    hb = tuple(hh * b[i] for i in range(3))
-    hat_b = (0.0, -hb[2], hb[1], hb[2], 0.0, -hb[0], -hb[1], hb[0], 0.0)
-    # transposed: entry (j, i) of J
-    JT = tuple(
-        cc * Im[3 * i + j] + qy[i] * x[j] - hat_b[3 * i + j]
-        if (len(I) == 9 or i == j)
-        else qy[i] * x[j] - hat_b[3 * i + j]
-        for j in range(3)
-        for i in range(3)
-    )
-    lam = solve3_scalars(JT, ct_x)
+    J = cayley_psi_jacobian(I, x, b, h)
+    lam = solve3_scalars(tuple(J[3 * i + j] for j in range(3) for i in range(3)), ct_x)
     xl = cross(x, lam)
     ct_b = tuple(ct_b[i] + lam[i] + hh * xl[i] for i in range(3))
     ct_I = ct_h = ct_u = None
@@ -747,19 +730,28 @@ def cayley_psi(x, args):
     return tuple(cc * y[i] + 0.5 * h * xb[i] - b[i] for i in range(3))
 
 
-def cayley_psi_jac_solve(x, args, r):
-    """Solve ``J d = r``, ``J = c' I + h²/2 (I x) x^T − h/2 hat(b)`` (:func:`cayley_psi`)."""
-    I, b, h = args
+def cayley_psi_jacobian(I, x, b, h):
+    """Entries (row-major) of ``J = c' I + h²/2 (I x) x^T − h/2 hat(b)``, the Jacobian of
+    :func:`cayley_psi` in ``x`` (the inertia's off-diagonal zeros left out for principal
+    moments)."""
     y = inertia_apply(I, x)
     cc = 1.0 + 0.25 * h * h * dot(x, x)
-    Im = I if len(I) == 9 else (I[0], 0.0, 0.0, 0.0, I[1], 0.0, 0.0, 0.0, I[2])
-    hb = tuple(0.5 * h * bi for bi in b)
+    qy = tuple(0.5 * h * h * y[i] for i in range(3))
+    hb = tuple(0.5 * h * b[i] for i in range(3))
     hat_b = (0.0, -hb[2], hb[1], hb[2], 0.0, -hb[0], -hb[1], hb[0], 0.0)
-    q = 0.5 * h * h
-    J = tuple(
-        cc * Im[3 * i + j] + q * y[i] * x[j] - hat_b[3 * i + j] for i in range(3) for j in range(3)
+    return tuple(
+        cc * (I[3 * i + j] if len(I) == 9 else I[i]) + qy[i] * x[j] - hat_b[3 * i + j]
+        if (len(I) == 9 or i == j)
+        else qy[i] * x[j] - hat_b[3 * i + j]
+        for i in range(3)
+        for j in range(3)
     )
-    return solve3_scalars(J, r)
+
+
+def cayley_psi_jac_solve(x, args, r):
+    """Solve ``J d = r`` with ``J`` of :func:`cayley_psi_jacobian`."""
+    I, b, h = args
+    return solve3_scalars(cayley_psi_jacobian(I, x, b, h), r)
 
 
 def _cayley_step_jvp(scalar_solve, primals, tangents):
@@ -772,8 +764,6 @@ def _cayley_step_jvp(scalar_solve, primals, tangents):
     # code at first order, the derivatives of x at second order
     # (newton.py's solver itself, not newton_solve: no recorded or replayed solution is
     # consumed here)
-    from .newton import _newton_solve
-
     x, _ = _newton_solve(cayley_psi, x, (I, b, h), 0, cayley_psi_jac_solve, False, False, False)
     need = tuple(not _is_zero(t) for t in (dI, dR, db, dh))
     if not any(need):
