@@ -93,17 +93,17 @@ def measure(fn, *args, fast):
     return measure_side_by_side({"f": fn}, *args, fast=fast)["f"]
 
 
-def measure_side_by_side(fns, *args, fast, rounds=None):
-    """``{name: (compile s, run s, temp bytes)}``: every function compiled first, then timed in
-    interleaved rounds (each round runs every function once, a calibrated number of times) and
-    the best round kept, so that the ratios of one table see the same machine load (the machine
-    is shared)."""
+def measure_side_by_side(fns, *args, fast, rounds=None, jit=None):
+    """``{name: (compile s, run s, temp bytes)}``: every function compiled first (by ``jit``,
+    default ``jax.jit``; e.g. ``geomjax.jit``), then timed in interleaved rounds (each round
+    runs every function once, a calibrated number of times) and the best round kept, so that the
+    ratios of one table see the same machine load (the machine is shared)."""
     out, compiled = {}, {}
     for name, fn in fns.items():
         t0 = time.perf_counter()
-        c = jax.jit(fn).lower(*args).compile()
+        c = (jax.jit if jit is None else jit)(fn).lower(*args).compile()
         compile_s = time.perf_counter() - t0
-        mem = c.memory_analysis()
+        mem = getattr(c, "compiled", c).memory_analysis()  # (equinox wraps jax's Compiled)
         compiled[name] = c
         out[name] = [compile_s, None, None if mem is None else int(mem.temp_size_in_bytes)]
     per = {}

@@ -8,9 +8,13 @@ XLA reads ``XLA_FLAGS`` once per process, so each configuration is a fresh child
 alternated ``N`` times (default 3, 1 with ``--fast``; best time of each kept, so that all see
 the same machine load):
 
-* ``default, early`` / ``default, late``: nothing opted in; ``import geomjax`` first, or after
+* ``default, early`` / ``default, late``: nothing opted in, each case compiled by ``jax.jit``
+  (the user's own program: XLA's defaults); ``import geomjax`` first, or after
   ``jnp.ones(3).sum()`` (JAX's backend started).  ``import geomjax`` changes nothing, so both
   compile the same programs (the ratio measures only the noise);
+* ``geomjax.jit, early`` / ``geomjax.jit, late``: nothing opted in, each case compiled by
+  :func:`geomjax.jit` (the small-loop threshold raised for that program alone, as geomjax's
+  eager entry points do): what the per-program setting gives, whatever the import order;
 * ``small loops, early``: ``GEOMJAX_XLA_FLAGS=1`` (XLA:CPU's small-loop threshold raised to 16
   MiB before the backend starts: loops compiled as single kernels, the SO(3) kernel's Newton
   solve a rolled loop);
@@ -24,7 +28,9 @@ Cases (float64, LGVI, the default method): the free body (moments 1, 2, 3, dt 0.
 ``adjoint=ReversibleAdjoint()`` (1e4 steps, saved every 100th); the free body vmapped over
 1024 initial momenta (1e3 steps, saved every 10th); a rigid body in SE(3) with gravity and the
 heavy top (2e4 steps each, saved every step).  Columns: run time in ms (median of calls,
-compile separately), its ratio to ``default, early`` and to ``small loops, early``.
+compile separately), its ratio to ``default, early`` and to ``small loops, early``; then a
+summary, one row per case: ``jax.jit`` (XLA's defaults), ``geomjax.jit`` imported first and
+late, the process-wide opt-in, and their ratios.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from common import fast_mode, machine_info, print_table, run_child_json, write_j
 CONFIGS = {
     "default, early": {},
     "default, late": {"GEOMJAX_BENCH_LATE": "1"},
+    "geomjax.jit, early": {"GEOMJAX_BENCH_JIT": "geomjax"},
+    "geomjax.jit, late": {"GEOMJAX_BENCH_JIT": "geomjax", "GEOMJAX_BENCH_LATE": "1"},
     "small loops, early": {"GEOMJAX_XLA_FLAGS": "1"},
     "small loops, late": {"GEOMJAX_XLA_FLAGS": "1", "GEOMJAX_BENCH_LATE": "1"},
     "gc freeze": {"GEOMJAX_GC_FREEZE": "1"},
@@ -133,9 +141,10 @@ def child(fast):
 
     from geomjax._internal.xla_flags import small_loops_in_effect
 
+    wrapper = gj.jit if os.environ.get("GEOMJAX_BENCH_JIT") == "geomjax" else jax.jit
     rows = []
     for name, (fn, arg, steps) in _cases(gj, jax, jnp, fast).items():
-        c, r = time_jitted(fn, arg, repeats=5, min_time=0.2 if fast else 0.5)
+        c, r = time_jitted(fn, arg, repeats=5, min_time=0.2 if fast else 0.5, jit=wrapper)
         rows.append({"case": name, "steps": steps, "compile_s": c, "run_s": r})
     print(json.dumps({"small_loops": small_loops_in_effect(), "rows": rows}))
 
@@ -147,6 +156,7 @@ def _run_child(fast, extra):
         "GEOMJAX_GC_FREEZE",
         "GEOMJAX_NEWTON_UNROLL",
         "GEOMJAX_BENCH_LATE",
+        "GEOMJAX_BENCH_JIT",
     )
     return run_child_json(__file__, fast, drop, extra)
 
@@ -203,13 +213,33 @@ def main(argv=None):
         ],
         title="simulate, LGVI, float64: import order and opt-in settings (fresh processes)",
     )
+    summary = []
+    for case in cases:
+        ms = {label: best[(label, case)]["run_s"] * 1e3 for label in CONFIGS}
+        late = max(ms["geomjax.jit, early"], ms["geomjax.jit, late"])
+        summary.append(
+            {
+                "case": case,
+                "steps": best[("default, early", case)]["steps"],
+                "jax.jit ms": ms["default, early"],
+                "geomjax.jit ms (first)": ms["geomjax.jit, early"],
+                "geomjax.jit ms (late)": ms["geomjax.jit, late"],
+                "late / first": ms["geomjax.jit, late"] / ms["geomjax.jit, early"],
+                "XLA_FLAGS opt-in ms": ms["small loops, early"],
+                "geomjax.jit / XLA_FLAGS": late / ms["small loops, early"],
+                "jax.jit / geomjax.jit": ms["default, early"] / ms["geomjax.jit, early"],
+            }
+        )
+    print_table(summary, list(summary[0]), title="summary (ms per call)")
     write_json(
         "import_order",
         {
             "fast": fast,
             "rounds": rounds,
-            "rows": rows,
+            "summary": summary,
+            "detail": {"rows": rows},
             "wall_s": time.perf_counter() - t0,
+            "load_average": list(os.getloadavg()),
             "machine": machine_info(),
         },
     )

@@ -155,13 +155,14 @@ def compiled_memory(fn, *args) -> dict:
     }
 
 
-def time_jitted(fn, *args, repeats: int = 10, min_time: float = 0.2):
-    """Compile ``fn`` for ``args`` and time it.
+def time_jitted(fn, *args, repeats: int = 10, min_time: float = 0.2, jit=None):
+    """Compile ``fn`` for ``args`` and time it (``jit``: the wrapper, default ``jax.jit``; e.g.
+    ``geomjax.jit``, which has ``.lower`` as well).
 
     Returns ``(compile_seconds, run_seconds)``: compile time is lowering + XLA compilation,
     run time the median over ``repeats`` blocks of calls (each block at least ``min_time``/repeats).
     """
-    jitted = jax.jit(fn)
+    jitted = (jax.jit if jit is None else jit)(fn)
     t0 = time.perf_counter()
     compiled = jitted.lower(*args).compile()
     compile_s = time.perf_counter() - t0

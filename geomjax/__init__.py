@@ -10,14 +10,16 @@ and geometric phases (:mod:`geomjax.reconstruction`); control and trajectory opt
 Nothing is jitted at import time.  float64 is not switched on for you: call
 ``jax.config.update("jax_enable_x64", True)`` for double precision.
 
-``import geomjax`` changes no global state of the process.  Three process settings are opt-in
+``import geomjax`` changes no global state of the process.  geomjax's own top-level programs (an
+eager :func:`simulate`, ``solve_ocp``, ...) and those of :func:`jit` are compiled with XLA:CPU's
+small-loop threshold raised for them alone (:mod:`geomjax._internal.xla_flags`: time loops and
+Newton solves as single kernels, whatever the import order).  Three process settings are opt-in
 (the documentation's Architecture page lists them with their measured effects):
-``geomjax.configure(xla_small_loops=True)`` (or ``GEOMJAX_XLA_FLAGS=1``) raises XLA:CPU's
-small-loop compilation threshold in ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`: time loops
-and Newton solves compiled as single kernels; effective only before JAX's first computation),
-and ``geomjax.configure(gc_freeze=True)`` (or ``GEOMJAX_GC_FREEZE=1``, then at the end of the
-import) calls :func:`gc.freeze` (:mod:`geomjax._internal.gc_freeze`: full collections during
-tracing no longer walk the objects that exist), and
+``geomjax.configure(xla_small_loops=True)`` (or ``GEOMJAX_XLA_FLAGS=1``) raises that threshold
+in ``XLA_FLAGS`` for every program of the process (effective only before JAX's first
+computation), ``geomjax.configure(gc_freeze=True)`` (or ``GEOMJAX_GC_FREEZE=1``, then at the
+end of the import) calls :func:`gc.freeze` (:mod:`geomjax._internal.gc_freeze`: full
+collections during tracing no longer walk the objects that exist), and
 ``geomjax.configure(compilation_cache=DIR)`` (or ``GEOMJAX_COMPILATION_CACHE=DIR``) turns on
 JAX's persistent compilation cache at ``DIR`` (:mod:`geomjax._internal.compile_cache`: a later
 process loads the compiled solves instead of compiling them).
@@ -32,7 +34,7 @@ from ._internal import xla_flags as _xla_flags  # noqa: F401
 
 # isort: split
 from . import integrators, lie, systems, variational
-from ._internal.settings import configure
+from ._internal.settings import configure, jit
 from .integrators import (
     LGVI,
     RATTLE,
@@ -87,6 +89,7 @@ except _PackageNotFoundError:  # running from a source tree without installation
 __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "__version__",
     "configure",
+    "jit",
     # subpackages
     "control",
     "integrators",

@@ -328,6 +328,14 @@ def check_choosing_a_gradient(ns):
 
 
 def check_sharp_bits(ns):
+    # geomjax.jit's gradient: jax.jit's to round-off, and central differences of the loss
+    g, g_ref = np.asarray(ns["g"]), np.asarray(ns["g_ref"])
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)
+    x, h = np.array([0.8, -0.3, 1.1]), 1e-6
+    fd = [
+        (float(ns["loss"](x + h * e)) - float(ns["loss"](x - h * e))) / (2 * h) for e in np.eye(3)
+    ]
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
     assert ns["sol32"].states.Pi.dtype == jnp.float32  # the state's dtype wins over x64
     assert float(ns["casimir"]["float64"]) < 1e-13
     assert 1e-13 < float(ns["casimir"]["float32"]) < 1e-5

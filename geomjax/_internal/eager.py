@@ -165,21 +165,68 @@ def quick_compiled(fn):
     return functools.wraps(fn)(_Tiered(fn, quick, eqx.filter_jit(fn)))
 
 
-def top_level_options(fn, compiler_options):
+def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
     """``fn`` under :func:`equinox.filter_jit`, compiled with ``compiler_options`` when called at
     top level with no tracer argument (JAX accepts compiler options only on a top-level program);
     compiled normally under a transformation (e.g. an eager ``grad``), inlined in an outer
-    ``jit``.  For programs that run once per call site and whose run time the options leave
-    unchanged (measured: ``benchmarks/bench_compile_options.py``), e.g. :func:`geomjax.diagnostics`
-    with :data:`LEGACY_EMITTERS`."""
-    with_options = eqx.filter_jit(fn, compiler_options=compiler_options)
-    plain = eqx.filter_jit(fn)
+    ``jit``.
+
+    ``compiler_options``: for programs that run once per call site and whose run time the
+    options leave unchanged (measured: ``benchmarks/bench_compile_options.py``), e.g.
+    :func:`geomjax.diagnostics` with :data:`LEGACY_EMITTERS`.
+
+    ``small_loops``: also XLA:CPU's raised small-loop threshold for this program alone
+    (:func:`geomjax._internal.xla_flags.small_loop_options`, read at each call: switched off by
+    ``configure(xla_small_loops=False)``), traced within
+    :func:`~geomjax._internal.xla_flags.program_small_loops` so that loops take the form that
+    runs fastest with it.  For the time loops and solvers: their loops then compile into single
+    kernels whatever the process's ``XLA_FLAGS`` and import order."""
+    from .xla_flags import (
+        PROGRAM_OPTION,
+        program_small_loops,
+        small_loop_options,
+        tracing_small_loops,
+    )
+
+    # inside another program, traced for that program's setting: one trace cache per setting
+    # (code traced within program_small_loops takes another form, e.g. a rolled Newton loop,
+    # which equinox's cache of traces would otherwise hand to a program compiled without it)
+    # (a partial: another function object, so that equinox's and JAX's caches, keyed on the
+    # function, keep the two apart)
+    plains = {False: eqx.filter_jit(fn), True: eqx.filter_jit(functools.partial(fn))}
+    variants: dict = {}
+
+    def _options():
+        options = dict(compiler_options or {})
+        if small_loops:
+            options.update(small_loop_options())
+        return options
+
+    def _variant(options):
+        key = tuple(sorted(options.items()))
+        jitted = variants.get(key)
+        if jitted is None:
+            jitted = variants.setdefault(key, eqx.filter_jit(fn, compiler_options=options))
+        return jitted
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        top = _at_top_level() and not _has_tracer(args, kwargs)
-        return (with_options if top else plain)(*args, **kwargs)
+        options = _options() if _at_top_level() and not _has_tracer(args, kwargs) else {}
+        if not options:
+            return plains[tracing_small_loops()](*args, **kwargs)
+        with program_small_loops(PROGRAM_OPTION in options):
+            return _variant(options)(*args, **kwargs)
 
+    def lower(*args, **kwargs):
+        """Ahead of time, as ``equinox.filter_jit(...).lower``: the top-level program with its
+        options (``.compile()`` then compiles it with them)."""
+        options = _options()
+        if not options:
+            return plains[tracing_small_loops()].lower(*args, **kwargs)
+        with program_small_loops(PROGRAM_OPTION in options):
+            return _variant(options).lower(*args, **kwargs)
+
+    call.lower = lower
     return call
 
 

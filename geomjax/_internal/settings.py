@@ -1,4 +1,5 @@
-"""``geomjax.configure``: the opt-in process settings (none is applied by ``import geomjax``)."""
+"""``geomjax.configure``: the opt-in process settings (none is applied by ``import geomjax``);
+``geomjax.jit``: a program compiled with geomjax's per-program XLA options."""
 
 from __future__ import annotations
 
@@ -6,7 +7,38 @@ import gc
 
 from . import compile_cache, gc_freeze, xla_flags
 
-__all__ = ["configure"]
+__all__ = ["configure", "jit"]
+
+
+def jit(fun=None, /):
+    """:func:`equinox.filter_jit` whose top-level program compiles its loops fast on CPU.
+
+    ``geomjax.jit(f)`` is ``equinox.filter_jit(f)`` (arrays traced, everything else static),
+    compiled with XLA:CPU's small-loop threshold raised for this program alone
+    (:mod:`geomjax._internal.xla_flags`): the time loops of :func:`geomjax.simulate`, its
+    gradients (plain reverse mode or ``ReversibleAdjoint``) and the solvers' loops then run as
+    single kernels instead of re-dispatching every kernel of the loop's body on each iteration.
+    ``geomjax``'s own entry points do this when called eagerly; wrap *your* program in
+    ``geomjax.jit`` where you would write ``jax.jit``/``equinox.filter_jit`` around them, e.g.
+    ``geomjax.jit(jax.grad(loss))``.  Nothing else of the process changes: other programs keep
+    XLA's defaults whatever the import order.
+
+    Results agree with ``jax.jit``'s to round-off (not bitwise: LLVM compiles one kernel instead
+    of several).  Inside another ``jit``/``vmap``/``grad`` trace it is inlined like
+    ``equinox.filter_jit`` (JAX takes compiler options only on a top-level program).  Switched
+    off by ``configure(xla_small_loops=False)`` or ``GEOMJAX_XLA_FLAGS=0``; redundant (and
+    skipped) where the setting is in effect for the whole process
+    (``configure(xla_small_loops=True)`` before JAX's first computation).  On other backends
+    the option is not added.
+
+    Usable as a decorator (``@geomjax.jit``)."""
+    from .eager import top_level_options
+
+    if fun is None:
+        return jit
+    if not callable(fun):
+        raise TypeError(f"geomjax.jit: argument 'fun' must be callable, got {type(fun).__name__}")
+    return top_level_options(fun, small_loops=True)
 
 
 def configure(
@@ -23,12 +55,17 @@ def configure(
     their measured effects.
 
     Arguments:
-        xla_small_loops: ``True``: raise XLA:CPU's small-loop threshold to 16 MiB in
-            ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`), so that time loops and Newton
-            solves compile into single kernels.  Effective only before JAX's first computation
-            of the process (XLA reads its flags once): call it right after ``import geomjax``.
-            Later it warns (``RuntimeWarning``) and changes nothing in this process.  ``False``
-            is accepted only while the setting is not in effect (it cannot be undone).
+        xla_small_loops: XLA:CPU's small-loop threshold (:mod:`geomjax._internal.xla_flags`),
+            under which time loops and Newton solves compile into single kernels.  By default
+            geomjax raises it to 16 MiB *per program*, for its own top-level programs (an eager
+            :func:`geomjax.simulate`, ``solve_ocp``, ...) and those of :func:`geomjax.jit`
+            only; your other programs keep XLA's defaults.  ``True``: for the whole process
+            as well, in ``XLA_FLAGS``, so that your own ``jax.jit`` programs get it too.
+            Effective only before JAX's first computation of the process (XLA reads its flags
+            once): call it right after ``import geomjax``; later it warns
+            (``RuntimeWarning``) and changes nothing in this process.  ``False``: not even per
+            program (XLA's defaults everywhere; the same as ``GEOMJAX_XLA_FLAGS=0``); refused
+            while the process-wide setting is in effect (it cannot be undone).
         gc_freeze: ``True``: :func:`gc.freeze` now (:mod:`geomjax._internal.gc_freeze`): the
             objects that exist (modules, functions, classes of jax, equinox, geomjax and yours)
             are no longer walked by the full collections that run while programs are traced.
@@ -44,8 +81,10 @@ def configure(
     ``None`` (the default of all) leaves a setting as it is.
 
     Returns:
-        ``{"xla_small_loops": bool, "gc_freeze": bool, "compilation_cache": str | None}``:
-        whether the small-loop setting is in effect in this process, whether objects are frozen
+        ``{"xla_small_loops": bool | "per program", "gc_freeze": bool, "compilation_cache":
+        str | None}``: whether the small-loop setting is in effect in this process (``True``),
+        for geomjax's programs only (``"per program"``) or nowhere (``False``), whether objects
+        are frozen
         (``gc.get_freeze_count() > 0``), and JAX's persistent cache directory in effect.
     """
     if xla_small_loops not in (None, True, False):
@@ -58,13 +97,16 @@ def configure(
             f"configure: argument 'gc_freeze' must be True, False or None, got {gc_freeze!r}"
         )
     if xla_small_loops is True:
+        xla_flags.set_per_program(True)
         xla_flags.enable_small_loops()
-    elif xla_small_loops is False and xla_flags.small_loops_in_effect():
-        raise ValueError(
-            "configure: argument 'xla_small_loops=False': the small-loop setting is already in "
-            "effect in this process (XLA reads XLA_FLAGS once, when its backend starts) and "
-            "cannot be undone; start Python without it in XLA_FLAGS"
-        )
+    elif xla_small_loops is False:
+        if xla_flags.small_loops_in_effect():
+            raise ValueError(
+                "configure: argument 'xla_small_loops=False': the small-loop setting is already "
+                "in effect in this process (XLA reads XLA_FLAGS once, when its backend starts) "
+                "and cannot be undone; start Python without it in XLA_FLAGS"
+            )
+        xla_flags.set_per_program(False)
     if compilation_cache is not None:
         compile_cache.enable(compilation_cache)
     if gc_freeze is True:
@@ -72,7 +114,7 @@ def configure(
     elif gc_freeze is False:
         gc.unfreeze()
     return {
-        "xla_small_loops": xla_flags.small_loops_in_effect(),
+        "xla_small_loops": _small_loops_state(),
         "gc_freeze": gc.get_freeze_count() > 0,
         "compilation_cache": compile_cache.directory(),
     }
@@ -80,3 +122,9 @@ def configure(
 
 def _gc_freeze_now() -> None:
     gc_freeze.freeze_now()
+
+
+def _small_loops_state():
+    if xla_flags.small_loops_in_effect():
+        return True
+    return "per program" if xla_flags.small_loop_options() else False

@@ -29,7 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.eager import top_level_options
 from .._internal.warn import renamed
+from .._internal.xla_flags import program_small_loops, small_loop_options
 from ..integrators.base import AbstractMethod
 from ..integrators.simulate import ConvergenceError
 from .status import MESSAGES as _MESSAGES
@@ -272,7 +274,9 @@ def _initial_plan(problem, controls, where):
     return us
 
 
-def _run(problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps):
+def _run_program(
+    problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps
+):
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
 
@@ -291,6 +295,12 @@ def _run(problem, controller, plant_system, plant_method, x0, us, disturbance, e
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), xs, xN)
     err = jnp.concatenate([err, error(times[-1], xN)[None]])
     return MPCResult(times, states, u, err, res, cost, its, plan)
+
+
+# an eager run_mpc is one program, compiled with XLA:CPU's small-loop threshold raised for it
+# alone (the closed loop's scan and the solver's loops inside it as single kernels); inlined
+# under an outer jit/vmap
+_run = top_level_options(_run_program, small_loops=True)
 
 
 def run_mpc(
@@ -421,7 +431,7 @@ def _online_step_traced(problem, controller, plan, x, t):
     return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost)
 
 
-_online_step = eqx.filter_jit(_online_step_traced)
+_online_step = top_level_options(_online_step_traced, small_loops=True)
 
 
 class _CompiledSteps:
@@ -465,7 +475,14 @@ class _CompiledSteps:
                 )
                 return _online_step_traced(problem, controller, plan, x, t)
 
-            fn = jax.jit(flat_step).lower(self.leaves, plan, x, t).compile()
+            # XLA:CPU's small-loop threshold for this program alone (the solver's loops as
+            # single kernels), whatever the process's XLA_FLAGS
+            options = small_loop_options()
+            with program_small_loops(bool(options)):
+                lowered = jax.jit(flat_step, compiler_options=options).lower(
+                    self.leaves, plan, x, t
+                )
+            fn = lowered.compile()
             self.compiled[key] = fn
         return fn
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .._internal.eager import top_level_options
 from .._internal.warn import renamed
 from ..lie import LieGroup
 from .status import OPTIMIZE_STATUS
@@ -272,9 +273,12 @@ class _StepKey:
         return isinstance(other, _StepKey) and self.parts == other.parts
 
 
-@eqx.filter_jit
-def _compiled_step(key, diff, state):
+def _compiled_step_program(key, diff, state):
     return key.step(diff, state)
+
+
+# an eager call compiles with XLA:CPU's small-loop threshold raised for this program alone
+_compiled_step = top_level_options(_compiled_step_program, small_loops=True)
 
 
 def _cached_step(loss, static, opt, extra, reuse, batched=False):

@@ -141,9 +141,9 @@ def _unroll_scalar_iterations(x) -> bool:
     forced = os.environ.get("GEOMJAX_NEWTON_UNROLL", "auto").strip().lower()
     if forced in ("1", "true", "unrolled", "0", "false", "rolled") or _unroll_iterations():
         return _unroll_iterations()
-    from .._internal.xla_flags import small_loops_in_effect
+    from .._internal.xla_flags import small_loops_traced
 
-    return not small_loops_in_effect() and jnp.ndim(x) == 0 and not _batch_traced(x)
+    return not small_loops_traced() and jnp.ndim(x) == 0 and not _batch_traced(x)
 
 
 def _batch_traced(x) -> bool:

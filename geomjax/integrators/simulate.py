@@ -549,14 +549,13 @@ def _vmapped(*trees) -> bool:
     return False
 
 
-@eqx.filter_jit
-def _integrate(
+def _integrate_program(
     system, method, state0, dt, t0, blocks, feedback, *, n_save, save_every, checkpoint,
     batch_last=False, method_state=None,
 ):  # fmt: skip
     """The scan of :func:`simulate` (inputs already validated and cast).
 
-    Compiled by ``equinox.filter_jit``: arrays are traced, the rest (method, static parts of the
+    Compiled by ``equinox.filter_jit`` (:data:`_integrate`): arrays are traced, the rest (method, static parts of the
     system, a feedback function, the step counts) is the cache key, so repeated eager calls of
     :func:`simulate` reuse one compilation instead of re-tracing and re-compiling the scan each
     time; under an outer ``jit``/``vmap``/``grad`` it is simply inlined.  ``batch_last``: trace
@@ -567,6 +566,12 @@ def _integrate(
             n_save=n_save, save_every=save_every, checkpoint=checkpoint,
             method_state=method_state, batched=batch_last,
         )  # fmt: skip
+
+
+#: :func:`_integrate_program` compiled: called at top level (an eager ``simulate``), with XLA:CPU's
+#: small-loop threshold raised for this program alone, so that the time loop is one kernel
+#: whatever the process's ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`)
+_integrate = top_level_options(_integrate_program, small_loops=True)
 
 
 def _integrate_traced(

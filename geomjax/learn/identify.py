@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.eager import top_level_options
 from .._internal.warn import warn
 from ..integrators import LGVI, NonholonomicVI, simulate
 from . import parameterize as P
@@ -749,8 +750,7 @@ def _lm_solve(x0, weight, max_steps, rtol, atol, args):
     return x, r, J, done, k, why
 
 
-@eqx.filter_jit
-def _lm_run(x0, weight, max_steps, rtol, atol, spec, model, method, adjoint, tables, noise):
+def _lm_run_program(x0, weight, max_steps, rtol, atol, spec, model, method, adjoint, tables, noise):
     """Levenberg–Marquardt with Marquardt's diagonal scaling (Nocedal & Wright, *Numerical
     Optimization*, 2nd ed., Springer 2006, §10.3), the Jacobian by forward mode (``jax.jacfwd``:
     the unknowns are few, the residuals many), in one compiled ``lax.while_loop``.
@@ -822,3 +822,7 @@ def _lm_run(x0, weight, max_steps, rtol, atol, spec, model, method, adjoint, tab
 
     x, r, J, _, _, lam, k, done = jax.lax.while_loop(cond, body, init)
     return x, r, J, done, k, lam
+
+
+# an eager call compiles with XLA:CPU's small-loop threshold raised for this program alone
+_lm_run = top_level_options(_lm_run_program, small_loops=True)

@@ -20,11 +20,14 @@ initial states are learned with the weights).
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.eager import top_level_options
 from ..integrators.base import AbstractMethod
 from ..lie import SE3, SO3, LieGroup
 from ..systems.nonholonomic import NonholonomicState, NonholonomicSystem
@@ -548,7 +551,9 @@ def fit_model(
             optimizer.init(y0) if state is None else _carry_state(optimizer, state, y0, n_theta)
         )
 
-        @jax.jit
+        # compiled with XLA:CPU's small-loop threshold raised for this program alone (the
+        # integrator's loops in the loss and its gradient as single kernels)
+        @functools.partial(top_level_options, small_loops=True)
         def step(y, opt_state, loss=loss):
             val, grad = jax.value_and_grad(loss)(y)
             upd, opt_state = optimizer.update(grad, opt_state, y)

@@ -16,6 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.eager import top_level_options
 from ..integrators.simulate import Solution, simulate
 from ..lie.so3 import SO3
 from .core import BaseControlledSystem, Reconstruction, _check_curve_arity, saddle_solve
@@ -56,10 +57,13 @@ def reconstruct(
     return _run(recon, method, state0, t_final, t0, steps, save_every)
 
 
-@eqx.filter_jit
-def _run(recon, method, state0, t_final, t0, steps, save_every):
+def _run_program(recon, method, state0, t_final, t0, steps, save_every):
     dt = (jnp.asarray(t_final, state0.mu.dtype) - t0) / steps
     return simulate(recon, method, state0, dt, steps, save_every=save_every, t0=t0)
+
+
+# an eager call compiles with XLA:CPU's small-loop threshold raised for this program alone
+_run = top_level_options(_run_program, small_loops=True)
 
 
 def _flat(q):

@@ -59,7 +59,7 @@ def _solve_traced(problem, solver, us, xs, max_iters, monitor=False):
 # 2.7 -> 2.4 ms/iteration; the 40-node attitude iLQR 15 -> 8 s, 0.35 -> 0.34 ms/iteration,
 # measured under load, ratios in one run).  Under an outer jit/vmap the solve is inlined in the
 # caller's program and compiled with the caller's options.
-_solve = top_level_options(_solve_traced, LEGACY_EMITTERS)
+_solve = top_level_options(_solve_traced, LEGACY_EMITTERS, small_loops=True)
 
 
 def solve_ocp(
