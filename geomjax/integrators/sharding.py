@@ -127,8 +127,8 @@ def simulate_sharded(
         the length of the vectorized loops differs, which can change XLA's FMA contraction).
         With padding the first ``B`` rows are returned (their layout is then XLA's choice).
 
-    Call it under ``jax.jit`` (like :func:`simulate`, it traces on every eager call); it is
-    differentiable (reverse mode sums the cotangents of replicated arguments over devices).
+    Call it under :func:`geomjax.jit` (or ``jax.jit``; like :func:`simulate`, it traces on
+    every eager call); it is differentiable (reverse mode sums the cotangents of replicated arguments over devices).
     """
     if mesh is None:
         mesh = batch_mesh()
@@ -277,8 +277,8 @@ def shard_vmap(fun, in_axes=0, *, mesh: Mesh | None = None, pad: bool = False):
             member up to the next multiple and drop the extra results (otherwise a
             ``ValueError``).
 
-    Returns a function of the same arguments; call it under ``jax.jit`` (it traces on every
-    eager call).  The values are those of ``jax.vmap(fun, in_axes)`` to round-off (only the
+    Returns a function of the same arguments; call it under :func:`geomjax.jit` (or
+    ``jax.jit``; it traces on every eager call).  The values are those of ``jax.vmap(fun, in_axes)`` to round-off (only the
     length of the vectorized loops differs, which can change XLA's FMA contraction).
     """
 
