@@ -1,5 +1,5 @@
 """Work–precision of the free rigid body: error at T = 100 against wall time, for the LGVI and the
-splitting (order 2), their compositions of order 4, 6 and 8 (geomjax.Composition), the LGVI's
+splitting (order 2), their compositions of order 4, 6 and 8 (geomjax.Composition), their
 processed compositions of effective order 6, 8 and 10 (geomjax.ProcessedComposition), RKMK4, and diffrax
 Tsit5 / Dopri5 / Dopri8 with adaptive steps (PID controller, rtol = atol swept), all in one run.
 
@@ -192,6 +192,19 @@ def main(argv=None):
         "splitting kahan_li6": (
             gj.Composition(gj.RigidBodySplitting(), "kahan_li6"),
             (0.4, 0.2, 0.1, 0.05),
+        ),
+        "splitting kahan_li8": (
+            gj.Composition(gj.RigidBodySplitting(), "kahan_li8"),
+            (0.8, 0.4, 0.2, 0.1),
+        ),
+        # the splitting as the kernel of processed compositions (it is symmetric, as they need)
+        "splitting bcm8 (processed)": (
+            gj.ProcessedComposition(gj.RigidBodySplitting(), "bcm8"),
+            (0.8, 0.4, 0.2, 0.1),
+        ),
+        "splitting bcm10 (processed)": (
+            gj.ProcessedComposition(gj.RigidBodySplitting(), "bcm10"),
+            (1.6, 0.8, 0.4, 0.2),
         ),
         "RKMK4": (gj.RKMK4(), (0.1, 0.05, 0.025, 0.0125)),
     }
