@@ -29,6 +29,7 @@ BENCHMARKS = {
     "scalarize": "bench_scalarize.py",
     "xla-loops": "bench_xla_loops.py",
     "import-order": "bench_import_order.py",
+    "eager-gradient": "bench_eager_gradient.py",
     "compile-cache": "bench_compile_cache.py",
     "float32": "bench_float32.py",
     "learn": "bench_learn.py",

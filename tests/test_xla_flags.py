@@ -360,6 +360,8 @@ out["grad"] = jax.grad(lambda p: jnp.sum(gj.jit(final)(p) ** 2))(pi0).tolist()
 out["grad_ours"] = gj.jit(jax.grad(loss))(pi0).tolist()
 out["grad_plain"] = jax.jit(jax.grad(loss))(pi0).tolist()
 out["vmap"] = jax.vmap(gj.jit(final))(jnp.stack([pi0, 2 * pi0])).tolist()
+# an eager grad through simulate: its forward and backward passes as two top-level programs
+out["eager_grad"] = jax.grad(loss)(pi0).tolist()
 out["nested"] = jax.jit(gj.jit(final))(pi0).tolist()
 # an eager simulate: its program in XLA's dump (XLA_FLAGS=--xla_dump_to, no threshold there)
 sol = gj.simulate(body, gj.LGVI(), gj.RigidBodyState(R0, pi0), 0.01, 300)
@@ -367,6 +369,9 @@ out["eager"] = jnp.concatenate([sol.states.R.reshape(-1, 9), sol.states.Pi], 1)[
 dumped = glob.glob(os.path.join(sys.argv[2], "*integrate_program*after_optimizations.txt"))
 out["eager_dumped"] = len(dumped)
 out["eager_small"] = any("xla_cpu_small_call" in open(f).read() for f in dumped)
+passes = glob.glob(os.path.join(sys.argv[2], "*_forward*after_optimizations.txt"))
+out["grad_passes_small"] = bool(passes) and all(
+    "xla_cpu_small_call" in open(f).read() for f in passes)
 print(json.dumps(out))
 """
 
@@ -401,7 +406,8 @@ def test_geomjax_programs_compile_small_loops_whatever_the_import_order(tmp_path
     """With nothing opted in, geomjax's own top-level programs (an eager ``simulate``) and
     those of ``geomjax.jit`` are compiled with XLA:CPU's small-loop threshold raised for them
     alone: XLA marks their loop ``xla_cpu_small_call`` (one kernel), whether JAX computed before
-    ``import geomjax`` or not, while the same function under ``jax.jit`` keeps XLA's defaults
+    ``import geomjax`` or not (an eager ``grad`` through ``simulate`` too: its forward pass is
+    such a program), while the same function under ``jax.jit`` keeps XLA's defaults
     (the process's ``XLA_FLAGS`` are untouched).  The two programs agree to round-off (observed
     ~1e-15, asserted 1e-12), and so do the gradients through ``geomjax.jit`` inside an eager
     ``grad``, a ``vmap`` and an outer ``jit``, where it is inlined.  The eager ``simulate``
@@ -419,6 +425,7 @@ def test_geomjax_programs_compile_small_loops_whatever_the_import_order(tmp_path
         assert _close(r["ours"], r["plain"]) and _close(r["eager"], r["plain"])
         assert _close(r["grad_ours"], r["grad_plain"], 1e-10)
         assert _close(r["grad"], r["grad_plain"], 1e-10)
+        assert _close(r["eager_grad"], r["grad_plain"], 1e-10) and r["grad_passes_small"]
         assert _close(r["vmap"][0], r["plain"]) and _close(r["nested"], r["plain"])
     assert res["first"]["eager"] == res["late"]["eager"]  # bitwise
 

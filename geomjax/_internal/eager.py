@@ -26,6 +26,7 @@ the options do not apply."""
 from __future__ import annotations
 
 import functools
+import sys
 
 import equinox as eqx
 import jax
@@ -165,6 +166,123 @@ def quick_compiled(fn):
     return functools.wraps(fn)(_Tiered(fn, quick, eqx.filter_jit(fn)))
 
 
+def _under_eager_vjp() -> bool:
+    """Whether the call is inside an eager reverse-mode derivative and nothing else: one
+    linearization (``jax.grad``, ``jax.value_and_grad``, ``jax.vjp``, ``jax.jacrev``'s
+    forward half) over eager evaluation, no ``jit``/``vmap`` around.  The nearest frame of
+    JAX's API must be ``vjp``: ``jax.linearize`` linearizes the same way but then evaluates the
+    tangent map, which a ``custom_vjp`` cannot do.  Anything else (JAX's internals moved):
+    ``False``, the plain program."""
+    try:
+        from jax._src.interpreters.ad import LinearizeTrace
+
+        ctx = jax_core.trace_ctx
+        t = ctx.trace
+        if ctx.axis_env is not jax_core.top_axis_env or not isinstance(t, LinearizeTrace):
+            return False
+        if t.parent_trace is not jax_core.eval_trace:
+            return False
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_globals.get("__name__") == "jax._src.api":
+                return frame.f_code.co_name == "vjp"
+            frame = frame.f_back
+    except Exception:  # pragma: no cover - JAX's internals moved: the plain program
+        return False
+    return False
+
+
+def _closes_over_tracer(static) -> bool:
+    """Whether a function among ``static``'s leaves (or its ``__self__``) closes over a tracer
+    (e.g. a feedback law of a gain being differentiated): a program compiled on its own could
+    not see that tracer.  One level of closure cells is looked at; deeper ones are caught by
+    JAX's ``UnexpectedTracerError`` when the program is traced."""
+    for leaf in jax.tree_util.tree_leaves(static):
+        for fn in (leaf, getattr(leaf, "__func__", None)):
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    contents = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(contents)):
+                    return True
+        owner = getattr(leaf, "__self__", None)
+        if owner is not None and any(
+            isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(owner)
+        ):
+            return True
+    return False
+
+
+class _EagerVJP:
+    """Reverse mode of ``fn`` under an eager ``jax.grad``/``jax.vjp`` as two top-level programs
+    compiled with ``options``: ``jax.vjp`` of ``fn`` (its value and the pullback's residuals)
+    and the pullback, joined to the caller's derivative by a ``jax.custom_vjp``.  Inside the
+    caller's linearization a program of ``fn`` is not top-level, so JAX would compile it with
+    XLA's defaults; these two are.  The values are those of JAX's own reverse mode through
+    ``fn`` (the same ``jax.vjp``), to round-off."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.forward: dict = {}
+        self.pullback: dict = {}
+        self.plain_pullback = eqx.filter_jit(_apply_pullback)
+
+    def _programs(self, options):
+        key = tuple(sorted(options.items()))
+        if key not in self.forward:
+            fn = self.fn
+
+            def forward(diff, rest):
+                def f(d):
+                    args, kwargs = eqx.combine(d, rest)
+                    return fn(*args, **kwargs)
+
+                return jax.vjp(f, diff)
+
+            self.forward[key] = eqx.filter_jit(forward, compiler_options=options)
+            self.pullback[key] = eqx.filter_jit(_apply_pullback, compiler_options=options)
+        return self.forward[key], self.pullback[key]
+
+    def __call__(self, options, args, kwargs):
+        """``fn(*args, **kwargs)``, differentiable; ``None`` where this route does not apply
+        (a closed-over tracer)."""
+        from .xla_flags import PROGRAM_OPTION, program_small_loops
+
+        diff, rest = eqx.partition((args, kwargs), eqx.is_inexact_array)
+        if _closes_over_tracer(rest):
+            return None
+        forward, pullback = self._programs(options)
+        primal = jax.tree_util.tree_map(known_value, diff)
+        small = PROGRAM_OPTION in options
+        try:
+            with jax_core.eval_context(), program_small_loops(small):
+                out, vjp_fn = forward(primal, rest)
+        except jax.errors.UnexpectedTracerError:
+            return None
+        plain_pullback = self.plain_pullback
+
+        @jax.custom_vjp
+        def through(d):
+            return out
+
+        def through_fwd(d):
+            return out, vjp_fn
+
+        def through_bwd(vjp_fn, ct):
+            if _at_top_level():
+                with program_small_loops(small):
+                    return pullback(vjp_fn, ct)
+            return plain_pullback(vjp_fn, ct)  # e.g. jax.jacrev's vmapped pullback
+
+        through.defvjp(through_fwd, through_bwd)
+        return through(diff)
+
+
+def _apply_pullback(vjp_fn, ct):
+    return vjp_fn(ct)
+
+
 def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
     """``fn`` under :func:`equinox.filter_jit`, compiled with ``compiler_options`` when called at
     top level with no tracer argument (JAX accepts compiler options only on a top-level program);
@@ -175,7 +293,9 @@ def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
     options leave unchanged (measured: ``benchmarks/bench_compile_options.py``), e.g.
     :func:`geomjax.diagnostics` with :data:`LEGACY_EMITTERS`.
 
-    ``small_loops``: also XLA:CPU's raised small-loop threshold for this program alone
+    ``small_loops``: also XLA:CPU's raised small-loop threshold for this program alone, and
+    under an eager ``jax.grad``/``jax.vjp`` the forward and backward passes as two such
+    top-level programs (:class:`_EagerVJP`);
     (:func:`geomjax._internal.xla_flags.small_loop_options`, read at each call: switched off by
     ``configure(xla_small_loops=False)``), traced within
     :func:`~geomjax._internal.xla_flags.program_small_loops` so that loops take the form that
@@ -209,9 +329,20 @@ def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
             jitted = variants.setdefault(key, eqx.filter_jit(fn, compiler_options=options))
         return jitted
 
+    eager_vjp = _EagerVJP(fn) if small_loops else None
+
     @functools.wraps(fn)
     def call(*args, **kwargs):
         options = _options() if _at_top_level() and not _has_tracer(args, kwargs) else {}
+        if not options and eager_vjp is not None and _under_eager_vjp():
+            # an eager jax.grad through fn: its forward and backward as top-level programs
+            # with the options (within the caller's linearization JAX would compile fn with
+            # XLA's defaults)
+            options = _options()
+            out = eager_vjp(options, args, kwargs) if options else None
+            if out is not None:
+                return out
+            options = {}
         if not options:
             return plains[tracing_small_loops()](*args, **kwargs)
         with program_small_loops(PROGRAM_OPTION in options):
