@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from common import fast_mode, machine_info, print_table, run_child_json, write_json
+from common import child_or_parent, machine_info, print_table, run_child_json, write_json
 
 CONFIGS = {
     "per program": {},
@@ -72,13 +72,10 @@ def child(fast):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    fast = fast_mode(argv)
-    if "--child" in argv:
-        child(fast)
+    fast, rounds = child_or_parent(sys.argv[1:] if argv is None else argv, child)
+    if rounds is None:
         return
     t0 = time.perf_counter()
-    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else (1 if fast else 3)
     best: dict = {}
     drop = ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_NEWTON_UNROLL")
     for _ in range(rounds):

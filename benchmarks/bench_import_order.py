@@ -40,7 +40,7 @@ import os
 import sys
 import time
 
-from common import fast_mode, machine_info, print_table, run_child_json, write_json
+from common import child_or_parent, machine_info, print_table, run_child_json, write_json
 
 CONFIGS = {
     "default, early": {},
@@ -162,14 +162,11 @@ def _run_child(fast, extra):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    fast = fast_mode(argv)
-    if "--child" in argv:
-        child(fast)
+    fast, rounds = child_or_parent(sys.argv[1:] if argv is None else argv, child)
+    if rounds is None:
         return
     t0 = time.perf_counter()
     best, small, cases = {}, {}, []
-    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else (1 if fast else 3)
     for _ in range(rounds):  # alternate the configurations, keep the best of each
         for label, extra in CONFIGS.items():
             res = _run_child(fast, extra)

@@ -236,6 +236,18 @@ def double_pendulum_lagrangian(q, v, g=9.81):
     return da**2 + 0.5 * db**2 + da * db * jnp.cos(a - b) + 2 * g * jnp.cos(a) + g * jnp.cos(b)
 
 
+def child_or_parent(argv, child):
+    """The entry of a benchmark that compares process-wide settings, one child process each:
+    ``(fast, None)`` after running ``child(fast)`` when ``--child`` is in ``argv`` (this process
+    is a child), else ``(fast, rounds)``: ``--rounds N`` (default 3, 1 with ``--fast``)."""
+    fast = fast_mode(argv)
+    if "--child" in argv:
+        child(fast)
+        return fast, None
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else (1 if fast else 3)
+    return fast, rounds
+
+
 def run_child_json(script, fast: bool, drop=(), extra=None) -> dict:
     """Run ``script --child [--fast]`` in a fresh Python process whose environment lacks the
     variables ``drop`` and adds ``extra``; returns the JSON object its last output line prints
