@@ -76,15 +76,17 @@ def _is_jaxpr(x) -> bool:
 
 def test_the_generic_path_keeps_its_roots():
     """The contract: SE(3) keeps its roots with and without a batch, SO(3) with ``exp`` (the
-    generic path, dimension 3) only vmapped, the SO(3) Cayley kernel only vmapped."""
+    generic path, dimension 3) only vmapped, the SO(3) Cayley kernel (either Legendre solve)
+    only vmapped."""
     se3 = gj.RigidBodySE3(mass=2.0, inertia=jnp.eye(3))
     so3 = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
     assert gj.LGVI().reverse_mode_saves(se3) == ("lgvi_root",)
     assert gj.LGVI().reverse_mode_saves(se3, batched=True) == ("lgvi_root",)
     assert gj.LGVI(retraction="exp").reverse_mode_saves(so3) is None
     assert gj.LGVI(retraction="exp").reverse_mode_saves(so3, batched=True) == ("lgvi_root",)
-    assert gj.LGVI().reverse_mode_saves(so3) is None
-    assert gj.LGVI().reverse_mode_saves(so3, batched=True) == ("lgvi_root",)
+    for solve in ("scalar", "newton"):
+        assert gj.LGVI(legendre_solve=solve).reverse_mode_saves(so3) is None
+        assert gj.LGVI(legendre_solve=solve).reverse_mode_saves(so3, batched=True) == ("lgvi_root",)
 
 
 @pytest.mark.parametrize("batch", [3, pytest.param(0, marks=pytest.mark.long)])
@@ -146,3 +148,33 @@ def test_float32_gradient_keeping_the_roots():
     g64 = jax.jit(jax.grad(_loss(gj.LGVI(), batch=True), argnums=(0, 1, 2)))(*_inputs(3))
     for a, r in zip(g32, g64):
         assert _rel(a, r) < 1e-3
+
+
+def _so3_loss(method, steps=10):
+    top = gj.HeavyTop(1.0, 9.81, [0.1, 0.2, 0.4])
+    R0 = gj.SO3.exp(jnp.array([0.3, -0.2, 0.5]))
+
+    def one(pi0, moments):
+        system = gj.RigidBody(moments, top)
+        s = gj.simulate(system, method, system.make_state(R0, pi0), 0.05, steps).final_state
+        return jnp.sum(jnp.arange(9.0).reshape(3, 3) * s.R) + jnp.sum(s.Pi * _W_MU[:3])
+
+    return lambda p, m: jnp.sum(jax.vmap(one, in_axes=(0, None))(p, m))
+
+
+def test_so3_newton_legendre_solve_vmapped():
+    """The SO(3) Cayley kernel with ``legendre_solve="newton"`` keeps its Newton root under
+    vmap too: the backward pass holds no Newton loop (the forward's only), and the gradient
+    equals the one keeping every residual to round-off."""
+    rng = np.random.default_rng(2)
+    args = (jnp.asarray(rng.standard_normal((3, 3))), jnp.array([1.0, 2.0, 3.0]))
+    method, keep_all = gj.LGVI(legendre_solve="newton"), _KeepEveryResidual(legendre_solve="newton")
+    grad = jax.grad(_so3_loss(method), argnums=(0, 1))
+    if not _unroll_iterations():
+        forward = _whiles(jax.make_jaxpr(_so3_loss(method))(*args).jaxpr)
+        assert forward >= 1
+        assert _whiles(jax.make_jaxpr(grad)(*args).jaxpr) == forward
+    g = jax.jit(grad)(*args)
+    g_all = jax.jit(jax.grad(_so3_loss(keep_all), argnums=(0, 1)))(*args)
+    for a, r in zip(g, g_all):
+        assert _rel(a, r) < 1e-12
