@@ -3,7 +3,8 @@ roots of the discrete Legendre transform (``LGVI.reverse_mode_saves``; ``newton_
 root where its implicit-function-theorem derivatives read it): the backward pass runs no Newton
 iteration, and the gradient on SE(3) with gravity (vmapped, and at batch 1, where the roots are
 kept from dimension 6) equals the gradient that keeps every residual to round-off, and central
-differences of the loss."""
+differences of the loss.  The same for the SO(3) kernel's vector Newton solve
+(``legendre_solve="newton"``, vmapped) and a composition of the LGVI (each stage's root)."""
 
 from __future__ import annotations
 
@@ -77,13 +78,16 @@ def _is_jaxpr(x) -> bool:
 def test_the_generic_path_keeps_its_roots():
     """The contract: SE(3) keeps its roots with and without a batch, SO(3) with ``exp`` (the
     generic path, dimension 3) only vmapped, the SO(3) Cayley kernel (either Legendre solve)
-    only vmapped."""
+    only vmapped; a composition as its base method."""
     se3 = gj.RigidBodySE3(mass=2.0, inertia=jnp.eye(3))
     so3 = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
     assert gj.LGVI().reverse_mode_saves(se3) == ("lgvi_root",)
     assert gj.LGVI().reverse_mode_saves(se3, batched=True) == ("lgvi_root",)
     assert gj.LGVI(retraction="exp").reverse_mode_saves(so3) is None
     assert gj.LGVI(retraction="exp").reverse_mode_saves(so3, batched=True) == ("lgvi_root",)
+    assert gj.Composition(gj.LGVI()).reverse_mode_saves(se3) == ("lgvi_root",)
+    assert gj.Composition(gj.LGVI()).reverse_mode_saves(so3) is None
+    assert gj.Composition(gj.LGVI()).reverse_mode_saves(so3, batched=True) == ("lgvi_root",)
     for solve in ("scalar", "newton"):
         assert gj.LGVI(legendre_solve=solve).reverse_mode_saves(so3) is None
         assert gj.LGVI(legendre_solve=solve).reverse_mode_saves(so3, batched=True) == ("lgvi_root",)
@@ -176,5 +180,24 @@ def test_so3_newton_legendre_solve_vmapped():
         assert _whiles(jax.make_jaxpr(grad)(*args).jaxpr) == forward
     g = jax.jit(grad)(*args)
     g_all = jax.jit(jax.grad(_so3_loss(keep_all), argnums=(0, 1)))(*args)
+    for a, r in zip(g, g_all):
+        assert _rel(a, r) < 1e-12
+
+
+@pytest.mark.long
+def test_composition_keeps_the_stages_roots():
+    """A composition of the LGVI (``"suzuki4"``, three stages), vmapped on SE(3): the backward
+    pass holds no Newton loop, and the gradient equals the one keeping every residual to
+    round-off (the composition's gradient against central differences: test_adjoint)."""
+    args = _inputs(3)
+    method = gj.Composition(gj.LGVI())
+    keep_all = gj.Composition(_KeepEveryResidual())
+    grad = jax.grad(_loss(method, steps=4, batch=True), argnums=(0, 1, 2))
+    if not _unroll_iterations():
+        forward = _whiles(jax.make_jaxpr(_loss(method, steps=4, batch=True))(*args).jaxpr)
+        assert forward >= 1
+        assert _whiles(jax.make_jaxpr(grad)(*args).jaxpr) == forward
+    g = jax.jit(grad)(*args)
+    g_all = jax.jit(jax.grad(_loss(keep_all, steps=4, batch=True), argnums=(0, 1, 2)))(*args)
     for a, r in zip(g, g_all):
         assert _rel(a, r) < 1e-12
