@@ -119,14 +119,16 @@ class AbstractMethod(eqx.Module):
         ``dtype``, decided statically (the LGVI's SO(3) free body)."""
         return None
 
-    def reverse_mode_saves(self, system) -> tuple[str, ...] | None:
+    def reverse_mode_saves(self, system, batched: bool = False) -> tuple[str, ...] | None:
         """The names (``jax.ad_checkpoint.checkpoint_name``) of the values of one step that
         plain reverse mode through :func:`geomjax.simulate` keeps, besides the step's input;
         the rest of the step is recomputed in the backward pass (``jax.checkpoint`` with
         ``save_only_these_names``).  For a step whose cost is an implicit solve, keeping its
         root and recomputing the explicit rest stores a few numbers per step instead of every
         intermediate, so that reverse mode moves less memory than it would recompute.
-        ``None`` (the default): JAX's default, every residual kept."""
+        ``batched``: whether :func:`geomjax.simulate` is vmapped (each step's values are then
+        ``(batch,)`` vectors); a method may choose differently with and without a batch, as
+        measured.  ``None`` (the default): JAX's default, every residual kept."""
         return None
 
     def supports(self, system) -> bool:

@@ -251,6 +251,14 @@ class Composition(AbstractMethod):
     def carry_beyond_state(self) -> bool:
         return self.method.carry_beyond_state()
 
+    def reverse_mode_saves(self, system, batched=False):
+        # the base method's names, kept for every stage (AbstractMethod.reverse_mode_saves).
+        # Measured ("suzuki4", LGVI, gradient over forward time keeping every residual -> the
+        # stages' roots; 2-core CPU, shared, CPU time, one run): SE(3) with gravity, batch 256
+        # 8.8x -> 4.3x, batch 1 3.7x -> 3.2x; SO(3) free body / heavy top, batch 1024
+        # 12.9x -> 4.7x / 11.5x -> 5.0x
+        return self.method.reverse_mode_saves(system, batched=batched)
+
     def step(self, system, state, dt, control=None, t=0.0):
         carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
         return self.finalize(system, carry), stats

@@ -60,6 +60,14 @@ __all__ = ["LGVI"]
 #: ``checkpoint_name`` of the root of the discrete Legendre transform (reverse_mode_saves).
 _ROOT = "lgvi_root"
 
+#: Smallest group dimension at which the generic path keeps only its roots in plain reverse mode
+#: at batch 1 too (reverse_mode_saves).  Gradient over forward time, 3000 steps, float64, with
+#: the roots kept / every residual kept (2-core CPU, shared, CPU time, one run): SE(3) with
+#: gravity, Cayley 1.97x / 3.28x, exp 1.40x / 2.37x; SO(3)² free body, exp 1.40x / 2.12x;
+#: SE(2) with gravity 2.86x / 2.76x; SO(3) with exp, free body 5.75x / 5.14x, heavy top
+#: 7.51x / 5.33x.  Under vmap (batch 256) the roots alone were faster on each of these.
+_SAVES_UNBATCHED_DIM = 6
+
 
 def _mT(a):
     return jnp.swapaxes(a, -1, -2)
@@ -253,12 +261,20 @@ class LGVI(AbstractMethod):
 
         return parameters, backward
 
-    def reverse_mode_saves(self, system):
+    def reverse_mode_saves(self, system, batched=False):
         # the root of the discrete Legendre transform (and the SO(3) kernel's factor c): the
         # explicit rest of the step is cheaper to recompute than to store and read back
-        # (AbstractMethod.reverse_mode_saves).  Only where the root is named: the SO(3)
-        # scalar solve; elsewhere the recomputation would include the Newton iterations
-        if self._fast(system) and self.legendre_solve == "scalar":
+        # (AbstractMethod.reverse_mode_saves).  Where the root comes from newton_solve it
+        # names it where its implicit-function-theorem derivatives read it, so the backward
+        # pass recomputes the step without the Newton iterations.  On the SO(3) Cayley path
+        # only under vmap: at batch 1 the recomputation cost more (see
+        # simulate._integrate_traced; legendre_solve="newton", batch 1024, free body / heavy
+        # top, 100 steps, gradient over forward 12.1x / 11.7x keeping every residual, 3.7x /
+        # 4.2x the roots; 2-core CPU, shared, CPU time, one run).  On the generic path under
+        # vmap on every group measured and at batch 1 from dimension 6 (_SAVES_UNBATCHED_DIM)
+        if self._fast(system):
+            return (_ROOT,) if batched else None
+        if batched or system.group.dim >= _SAVES_UNBATCHED_DIM:
             return (_ROOT,)
         return None
 
@@ -346,6 +362,7 @@ class LGVI(AbstractMethod):
             jac_solve=jac_solve,
             scalarize=self.scalarize,
             early_exit=self.early_exit,
+            name=_ROOT,
         )
         return xi, _relative(r, b)
 
@@ -470,6 +487,7 @@ class LGVI(AbstractMethod):
                 iters=self.newton_iters,
                 jac_solve=soa.cayley_jac_solve_vec,
                 early_exit=self.early_exit,
+                name=_ROOT,
             )
             x, r = soa.as_tuple3(x), soa.as_tuple3(r)
         if (

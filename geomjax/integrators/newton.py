@@ -27,6 +27,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from .._internal.scalarize import Scalarized, ScalarTuples
 from .._linalg import forward_jacobian, small_solve
@@ -217,7 +218,7 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters):
 
 
 @eqx.filter_custom_jvp
-def _newton(x0, args, *, residual, jac_solve, iters, chord=False, early_exit=False):
+def _newton(x0, args, *, residual, jac_solve, iters, chord=False, early_exit=False, name=None):
     if early_exit and iters > 1 and not chord and not _unroll_iterations():
         x = _newton_until_converged(x0, args, residual, jac_solve, iters)
         return x, residual(x, args)
@@ -243,11 +244,18 @@ def _newton(x0, args, *, residual, jac_solve, iters, chord=False, early_exit=Fal
 
 
 @_newton.def_jvp
-def _newton_jvp(primals, tangents, *, residual, jac_solve, iters, chord=False, early_exit=False):
+def _newton_jvp(
+    primals, tangents, *, residual, jac_solve, iters, chord=False, early_exit=False, name=None
+):
     x0, args = primals
     _, t_args = tangents
     options = dict(iters=iters, chord=chord, early_exit=early_exit)
     x, r = _newton(x0, args, residual=residual, jac_solve=jac_solve, **options)
+    if name is not None:
+        # the root as the derivatives and the caller see it: a jax.checkpoint policy that saves
+        # this name recomputes the derivatives (and the caller's rest) from the saved root,
+        # without the iterations
+        x = checkpoint_name(x, name)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, (x, r))
     if t_args is None:
         return (x, r), zeros
@@ -275,6 +283,7 @@ def newton_solve(
     chord=False,
     scalarize: bool = False,
     early_exit: bool = False,
+    name: str | None = None,
 ):
     """Solve ``residual(x, args) = 0`` by ``iters`` Newton iterations from ``x0``.
 
@@ -307,6 +316,12 @@ def newton_solve(
             convergence).  Under ``jax.vmap`` the loop runs until every member has stopped
             (the members that stopped earlier iterate on: a round-off change of their roots).
 
+        name: under differentiation, tag the root with ``jax.ad_checkpoint.checkpoint_name``
+            (where its derivatives are formed, inside the custom JVP): a ``jax.checkpoint``
+            policy that saves this name (:meth:`geomjax.integrators.AbstractMethod.reverse_mode_saves`)
+            then recomputes the derivatives from the saved root, not the iterations.  Tagged
+            outside, the name would sit on a copy of the root that the derivatives do not read.
+
     Both callables are static arguments of the custom JVP: pass functions (or hashable
     modules) whose identity is stable across calls.
 
@@ -320,14 +335,14 @@ def newton_solve(
                 "replay_solutions: the step traced more newton_solve calls than were recorded"
             )
         x0, iters = _as_structure(tape[1].pop(0), x0), 0
-    x, r = _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit)
+    x, r = _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit, name)
     if tape is not None and tape[0] == "record":
         tape[1].append(x)
     return x, r
 
 
-def _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit):
-    options = dict(iters=iters, chord=chord, early_exit=early_exit)
+def _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit, name=None):
+    options = dict(iters=iters, chord=chord, early_exit=early_exit, name=name)
     if scalarize:
         x0 = jnp.asarray(x0)
         if x0.ndim != 1:

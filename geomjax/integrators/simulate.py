@@ -583,14 +583,14 @@ def _integrate_traced(
     def advance(inner, u, t):
         return method.advance(system, inner, dt, u, t)
 
-    saves = method.reverse_mode_saves(system) if batched else None
+    saves = method.reverse_mode_saves(system, batched=batched)
     if saves is not None:
         # plain reverse mode keeps only the named values of each step (and the carry) and
-        # recomputes the rest of the step in the backward pass (AbstractMethod.reverse_mode_saves).
-        # Only when simulate is vmapped: each step's residuals are then (batch,) vectors, whose
-        # stores and loads cost more than recomputing them; at batch 1 the recomputation costs
-        # more (free body and heavy top, LGVI, 1e4 steps: gradient 3.3x and 5.8x the forward
-        # with it, 3.1x and 4.9x without; CPU time, one run)
+        # recomputes the rest of the step in the backward pass (AbstractMethod.reverse_mode_saves;
+        # the method says whether with and without a batch: vmapped, each step's residuals are
+        # (batch,) vectors, whose stores and loads cost more than recomputing them; at batch 1
+        # it depends on the step: the LGVI on SO(3), free body and heavy top, 1e4 steps,
+        # gradient 3.3x and 5.8x the forward with it, 3.1x and 4.9x without; CPU time, one run)
         policy = jax.checkpoint_policies.save_only_these_names(*saves)
         advance = jax.checkpoint(advance, policy=policy, prevent_cse=False)
 

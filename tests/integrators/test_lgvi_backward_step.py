@@ -177,7 +177,7 @@ def test_float32_against_float64():
 class _KeepEveryResidual(gj.LGVI):
     """The LGVI with JAX's default reverse mode (every residual of a step stored)."""
 
-    def reverse_mode_saves(self, system):
+    def reverse_mode_saves(self, system, batched=False):
         return None
 
 
