@@ -283,7 +283,9 @@ def _apply_pullback(vjp_fn, ct):
     return vjp_fn(ct)
 
 
-def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
+def top_level_options(
+    fn, compiler_options=None, *, small_loops: bool = False, jit_under_trace: bool = True
+):
     """``fn`` under :func:`equinox.filter_jit`, compiled with ``compiler_options`` when called at
     top level with no tracer argument (JAX accepts compiler options only on a top-level program);
     compiled normally under a transformation (e.g. an eager ``grad``), inlined in an outer
@@ -300,7 +302,12 @@ def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
     ``configure(xla_small_loops=False)``), traced within
     :func:`~geomjax._internal.xla_flags.program_small_loops` so that loops take the form that
     runs fastest with it.  For the time loops and solvers: their loops then compile into single
-    kernels whatever the process's ``XLA_FLAGS`` and import order."""
+    kernels whatever the process's ``XLA_FLAGS`` and import order.
+
+    ``jit_under_trace=False``: under a transformation ``fn`` is called as it is, not through
+    ``equinox.filter_jit`` (for a function that was not jitted before: inside a ``jit`` it is
+    inlined either way, but under ``vmap`` a jitted function is traced with unbatched values,
+    and code that chooses its form by the batch, e.g. the SO(3) Newton loop, would see none)."""
     from .xla_flags import (
         PROGRAM_OPTION,
         program_small_loops,
@@ -344,6 +351,8 @@ def top_level_options(fn, compiler_options=None, *, small_loops: bool = False):
                 return out
             options = {}
         if not options:
+            if not jit_under_trace and not _at_top_level():
+                return fn(*args, **kwargs)
             return plains[tracing_small_loops()](*args, **kwargs)
         with program_small_loops(PROGRAM_OPTION in options):
             return _variant(options)(*args, **kwargs)

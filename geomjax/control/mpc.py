@@ -298,9 +298,9 @@ def _run_program(
 
 
 # an eager run_mpc is one program, compiled with XLA:CPU's small-loop threshold raised for it
-# alone (the closed loop's scan and the solver's loops inside it as single kernels); inlined
-# under an outer jit/vmap
-_run = top_level_options(_run_program, small_loops=True)
+# alone (the closed loop's scan and the solver's loops inside it as single kernels); under an
+# outer jit/vmap it runs as before, unjitted (a vmapped jit would hide the batch from the steps)
+_run = top_level_options(_run_program, small_loops=True, jit_under_trace=False)
 
 
 def run_mpc(

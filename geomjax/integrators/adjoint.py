@@ -604,18 +604,25 @@ def _with_base(method, base):
 
 @_reversible.def_bwd
 def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
+    # whether the backward pass is vmapped, told here from the arguments' tracers: inside the
+    # compiled program below a vmapped call is traced with unbatched values
+    batched = _vmapped(sol, ct_sol, args)
     return _bwd_program(
-        sol, ct_sol, perturbed, args, simulate, steps=steps, save_every=save_every, tol=tol
-    )
+        sol, ct_sol, perturbed, args, simulate,
+        steps=steps, save_every=save_every, tol=tol, batched=batched,
+    )  # fmt: skip
 
 
-def _bwd_with_plain_stacks(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
+def _bwd_with_plain_stacks(
+    sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol, batched
+):  # fmt: skip
     # plain stacks in the backward pass (geomjax._linalg.plain_stacks: the reconstructed state
     # feeds the VJP in the same iteration, where a select chain would be duplicated)
     with plain_stacks():
         return _bwd_traced(
-            sol, ct_sol, perturbed, args, simulate, steps=steps, save_every=save_every, tol=tol
-        )
+            sol, ct_sol, perturbed, args, simulate,
+            steps=steps, save_every=save_every, tol=tol, batched=batched,
+        )  # fmt: skip
 
 
 #: the backward pass as one program: under an eager ``jax.grad`` it runs at top level, where it
@@ -625,9 +632,9 @@ def _bwd_with_plain_stacks(sol, ct_sol, perturbed, args, simulate, *, steps, sav
 _bwd_program = top_level_options(_bwd_with_plain_stacks, small_loops=True)
 
 
-def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
+def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol, batched):
+    # batched: whether the backward pass is vmapped (a layout choice only: see one_step_manual)
     state0, system, method, dt, _, controls = args
-    batched = _vmapped(sol, ct_sol, args)  # (a layout choice only: see one_step_manual)
     params, static = _split(args, perturbed)
     step = _step_fn(static)
     n_save = steps // save_every
