@@ -295,14 +295,14 @@ def top_level_options(
     options leave unchanged (measured: ``benchmarks/bench_compile_options.py``), e.g.
     :func:`geomjax.diagnostics` with :data:`LEGACY_EMITTERS`.
 
-    ``small_loops``: also XLA:CPU's raised small-loop threshold for this program alone, and
-    under an eager ``jax.grad``/``jax.vjp`` the forward and backward passes as two such
-    top-level programs (:class:`_EagerVJP`);
+    ``small_loops``: also XLA:CPU's raised small-loop threshold for this program alone
     (:func:`geomjax._internal.xla_flags.small_loop_options`, read at each call: switched off by
     ``configure(xla_small_loops=False)``), traced within
     :func:`~geomjax._internal.xla_flags.program_small_loops` so that loops take the form that
-    runs fastest with it.  For the time loops and solvers: their loops then compile into single
-    kernels whatever the process's ``XLA_FLAGS`` and import order.
+    runs fastest with it; under an eager ``jax.grad``/``jax.vjp`` the forward and backward
+    passes run as two such top-level programs (:class:`_EagerVJP`).  For the time loops and
+    solvers: their loops then compile into single kernels whatever the process's ``XLA_FLAGS``
+    and import order.
 
     ``jit_under_trace=False``: under a transformation ``fn`` is called as it is, not through
     ``equinox.filter_jit`` (for a function that was not jitted before: inside a ``jit`` it is
@@ -315,11 +315,11 @@ def top_level_options(
         tracing_small_loops,
     )
 
-    # inside another program, traced for that program's setting: one trace cache per setting
-    # (code traced within program_small_loops takes another form, e.g. a rolled Newton loop,
-    # which equinox's cache of traces would otherwise hand to a program compiled without it)
-    # (a partial: another function object, so that equinox's and JAX's caches, keyed on the
-    # function, keep the two apart)
+    # inside another program, traced for that program's setting: one trace cache per setting.
+    # Code traced within program_small_loops takes another form (e.g. a rolled Newton loop),
+    # which a shared cache of traces would hand to a program compiled without the setting; the
+    # second is a partial, another function object, so that equinox's and JAX's caches (keyed
+    # on the function) keep the two apart
     plains = {False: eqx.filter_jit(fn), True: eqx.filter_jit(functools.partial(fn))}
     variants: dict = {}
 
