@@ -628,8 +628,9 @@ def _bwd_with_plain_stacks(
 #: the backward pass as one program: under an eager ``jax.grad`` it runs at top level, where it
 #: was evaluated operation by operation (its scan compiled anew on every call: 0.5 s for the
 #: free body's 1e4 steps, against 1.3 ms compiled); compiled with XLA:CPU's small-loop
-#: threshold raised for it alone; inlined under an outer jit/vmap
-_bwd_program = top_level_options(_bwd_with_plain_stacks, small_loops=True)
+#: threshold raised for it alone.  Under an outer jit/vmap it is traced into the caller's
+#: program as before, on every trace (not from a cache of traces)
+_bwd_program = top_level_options(_bwd_with_plain_stacks, small_loops=True, jit_under_trace=False)
 
 
 def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol, batched):
