@@ -34,6 +34,7 @@ from .._internal.warn import renamed
 from .._internal.xla_flags import program_small_loops, small_loop_options
 from ..integrators.base import AbstractMethod
 from ..integrators.simulate import ConvergenceError
+from ..systems.base import prepare_systems
 from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
 from .status import SUCCESSFUL
@@ -279,6 +280,7 @@ def _run_program(
 ):
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
+    problem, plant_system = problem.prepared(), prepare_systems(plant_system)
 
     def body(carry, j):
         x, plan = carry
@@ -427,6 +429,7 @@ class MPCPlan(eqx.Module):
 
 
 def _online_step_traced(problem, controller, plan, x, t):
+    problem = problem.prepared()
     u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
     return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost)
 

@@ -145,6 +145,28 @@ class AbstractSystem(eqx.Module):
     def energy(self, state) -> jax.Array:
         """Total energy of ``state`` (conserved by the continuous flow when there are no forces)."""
 
+    def prepared(self) -> AbstractSystem:
+        """This system with its state-independent quantities computed once (e.g. the inverse of
+        the inertia), for a program that evaluates the model many times.
+
+        The solvers call it at the top of their traced program: otherwise each traced copy of a
+        step, a cost or a linearization would carry its own copy of that algebra (for the
+        quadrotor's iLQR, the 6×6 inverse inertia was a third of the program).  The result is
+        equal in every method; only inside that program, never stored: a later change of a
+        parameter (``equinox.tree_at``) must start from the unprepared system.  Default: the
+        system itself."""
+        return self
+
+
+def prepare_systems(tree):
+    """``tree`` (any pytree: a problem, a cost, a system) with every :class:`AbstractSystem` in it
+    replaced by its :meth:`~AbstractSystem.prepared` form."""
+
+    def prepare(x):
+        return x.prepared() if isinstance(x, AbstractSystem) else x
+
+    return jax.tree_util.tree_map(prepare, tree, is_leaf=lambda x: isinstance(x, AbstractSystem))
+
 
 class AbstractLieGroupSystem(AbstractSystem):
     """A left-invariant mechanical system on a Lie group G (a *generalized rigid body*, Chevallier, *On the foundations of ordinary and generalized rigid body dynamics and the principle of objectivity*).
@@ -212,8 +234,12 @@ class AbstractLieGroupSystem(AbstractSystem):
         """Body velocity ``xi = I^{-1} mu``.
 
         Written as ``inv(I) @ mu``: the inverse of the (unbatched, well-conditioned SPD) inertia is
-        then shared by a vmapped batch instead of one small LU factorization per batch member."""
-        return spd_inverse(self.inertia_matrix()) @ mu
+        then shared by a vmapped batch instead of one small LU factorization per batch member
+        (the one computed by :meth:`prepared` when there is one)."""
+        inverse = getattr(self, "inertia_inverse", None)
+        if inverse is None:
+            inverse = spd_inverse(self.inertia_matrix())
+        return inverse @ mu
 
     def potential_force(self, g) -> jax.Array:
         """``-dV(g)`` in g*, the left-trivialized force of the potential (torque on SO(3)).

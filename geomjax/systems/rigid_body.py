@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.warn import warn
+from .._linalg import spd_inverse
 from ..lie import SE3, SO3, LieGroup
 from ..lie.so3 import _hat3
 from .base import AbstractLieGroupSystem, LieGroupState, check_finite, check_potential, check_spd
@@ -47,6 +48,9 @@ class EulerPoincareSystem(AbstractLieGroupSystem):
     inertia: jax.Array
     potential: Callable | None = None
     force: Callable | None = None
+    # ``inertia⁻¹``, set only by :meth:`prepared` inside a solver's program (never by a user: a
+    # later change of ``inertia`` would not update it)
+    inertia_inverse: jax.Array | None = None
 
     def __init__(
         self,
@@ -68,6 +72,14 @@ class EulerPoincareSystem(AbstractLieGroupSystem):
                 f"{where}: argument 'force' must be callable (t, g, mu) -> (dim,), got {type(force)}"
             )
         self.force = force
+        self.inertia_inverse = None
+
+    def prepared(self):
+        """This system with ``inertia⁻¹`` computed once (see :meth:`AbstractSystem.prepared`)."""
+        if self.inertia_inverse is not None:
+            return self
+        inverse = spd_inverse(self.inertia)
+        return eqx.tree_at(lambda s: s.inertia_inverse, self, inverse, is_leaf=lambda x: x is None)
 
     @property
     def group(self) -> LieGroup:

@@ -42,6 +42,7 @@ def _check_initial(problem, us, xs):
 
 
 def _solve_traced(problem, solver, us, xs, max_iters, monitor=False):
+    problem = problem.prepared()
     us = jnp.clip(us, problem.lower, problem.upper)
     if xs is None:
         xs, feasible = problem.rollout(us), True
