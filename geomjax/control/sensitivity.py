@@ -46,7 +46,7 @@ def _single_shooting_cost(problem, us):
 
 def _residual(dyn, static, us, at_lo, at_hi):
     """``r(u, θ)``: the reduced gradient on the free controls, ``u − b(θ)`` on the active ones."""
-    problem = eqx.combine(dyn, static)
+    problem = eqx.combine(dyn, static).prepared()
     g = jax.grad(lambda v: _single_shooting_cost(problem, v))(us)
     free = ~(at_lo | at_hi)
     b = jnp.where(at_hi, problem.upper, problem.lower)
@@ -55,6 +55,7 @@ def _residual(dyn, static, us, at_lo, at_hi):
 
 @eqx.filter_jit
 def _rollout_cost(problem, us):
+    problem = problem.prepared()
     xs = problem.rollout(us)
     return xs, problem.cost(xs, us)
 
