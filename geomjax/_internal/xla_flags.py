@@ -80,6 +80,7 @@ __all__ = [
     "XLA_FLAG",
     "configure_xla_flags",
     "enable_small_loops",
+    "no_library_fusion_options",
     "opted_in",
     "program_small_loops",
     "small_loop_options",
@@ -339,3 +340,48 @@ def small_loops_traced() -> bool:
     """Whether the program being traced now will run with the raised threshold: process-wide
     (:func:`small_loops_in_effect`) or per program (:func:`program_small_loops`)."""
     return _IN_EFFECT or _TRACING.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# Per program: XLA:CPU's own kernels for small products instead of library fusions
+# ---------------------------------------------------------------------------------------------
+#
+# XLA:CPU hands dots, and elementwise and reduction groups around them, to a kernel library
+# ("YNN fusions").  In a solver's iteration these are products of ~6×9 matrices and short vectors:
+# each library call is a kernel of its own inside a loop that is otherwise one kernel, and costs
+# more than its arithmetic.  Without them (``xla_cpu_experimental_ynn_fusion_type`` empty) XLA
+# emits the products into the loop's kernel: measured on a 2-core x86-64 CPU (float64, one
+# process, shared machine): the 40-node attitude problem's backward pass 158 → 89 µs; iLQR per
+# iteration 0.27 → 0.094 ms (attitude) and 0.50 → 0.24 ms (quadrotor), DDP 1.75 → 0.62 and
+# 1.63 → 0.85 ms; compilation 1.3–1.9× longer (quadrotor iLQR 4.7 → 9.0 s).  For large batched
+# products the library is faster (a width-64 network potential's gradient over a batch of 256:
+# 268 ms with it, 416 ms without), so this is not a process setting: only programs whose
+# products are small and run many times ask for it (model predictive control, and
+# ``solve_ocp(..., fast_iterations=True)``).
+
+#: The compile option, and the value that switches the library fusions off.
+NO_LIBRARY_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+_LIBRARY_STATE = {"known": None}  # None: not probed; True / False: this XLA knows the option
+
+
+def no_library_fusion_options() -> dict:
+    """``compiler_options`` for a program of small products run many times
+    (:data:`NO_LIBRARY_FUSIONS`), or ``{}`` where geomjax's per-program settings are switched off
+    (``configure(xla_small_loops=False)``), the backend is not a CPU, or this XLA does not know
+    the option (probed once, by compiling a one-operation program)."""
+    if not _PER_PROGRAM["on"]:
+        return {}
+    if _LIBRARY_STATE["known"] is None:
+        try:
+            import jax
+            import jax.numpy as jnp
+
+            known = jax.default_backend() == "cpu"
+            if known:
+                probe = jax.jit(lambda x: x + 1).lower(jnp.zeros((), jnp.float32))
+                probe.compile(compiler_options=dict(NO_LIBRARY_FUSIONS))
+        except Exception:  # an XLA without the option: the programs keep its defaults
+            known = False
+        _LIBRARY_STATE["known"] = known
+    return dict(NO_LIBRARY_FUSIONS) if _LIBRARY_STATE["known"] else {}

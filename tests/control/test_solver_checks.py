@@ -405,3 +405,54 @@ def test_batched_solves_equal_one_by_one_solves():
         assert int(batch.iterations[i]) == int(s.iterations)
         its.append(int(s.iterations))
     assert len(set(its)) > 1  # members that stop at different iterations
+
+
+@pytest.mark.parametrize("solver", [ILQR(), DDP()], ids=["ilqr", "ddp"])
+def test_fast_iterations_solve_is_the_same_solve(solver):
+    """``fast_iterations=True`` compiles the same solve with XLA:CPU's own kernels for the small
+    products: the same iterations, and the same controls and cost to round-off; a bounded
+    optimum still satisfies its KKT conditions (checked above for the default program)."""
+    prob = _problem(3, torque_max=0.15)
+    a = solve_ocp(prob, solver, max_iters=100, progress=False)
+    b = solve_ocp(prob, solver, max_iters=100, progress=False, fast_iterations=True)
+    assert a.stop_reason == b.stop_reason == "converged"
+    assert int(a.iterations) == int(b.iterations)
+    np.testing.assert_allclose(b.controls, a.controls, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(b.cost, a.cost, rtol=1e-12)
+
+
+def test_fast_iterations_program_has_no_library_fusions():
+    """The option reaches XLA: the program compiled for ``fast_iterations`` calls no library
+    fusion (where this XLA knows the option at all), and ``fast_iterations`` is checked."""
+    from geomjax._internal.xla_flags import NO_LIBRARY_FUSIONS, no_library_fusion_options
+    from geomjax.control.trajopt.solve import _solve_fast
+
+    options = no_library_fusion_options()
+    if jax.default_backend() == "cpu":
+        assert options in ({}, NO_LIBRARY_FUSIONS)
+    prob = _problem(3)
+    solver = jax.tree_util.tree_map(
+        lambda v: jnp.asarray(v, prob.dtype) if isinstance(v, float) else v, ILQR()
+    )
+    us = jnp.zeros((3, 3), prob.dtype)
+    compiled = _solve_fast.lower(prob, solver, us, None, 10).compile()
+    text = getattr(compiled, "compiled", compiled).as_text()
+    if options:
+        assert "ynn_fusion" not in text
+    with pytest.raises(ValueError, match="fast_iterations"):
+        solve_ocp(prob, ILQR(), fast_iterations="yes")
+
+
+def test_progress_false_reports_the_whole_call_only():
+    """``progress=False``: no report per iteration (no host callback), the call's wall time at
+    the last iteration; the solve itself is the one with the report."""
+    prob = _problem(3)
+    quiet = solve_ocp(prob, ILQR(), max_iters=50, progress=False)
+    t = np.asarray(quiet.history["time"])
+    last = int(quiet.iterations) - 1
+    assert np.isfinite(t[last]) and t[last] > 0
+    assert np.all(np.isnan(np.delete(t, last)))
+    reported = solve_ocp(prob, ILQR(), max_iters=50, progress=None)
+    t = np.asarray(reported.history["time"])[: int(reported.iterations)]
+    assert np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
+    np.testing.assert_array_equal(quiet.controls, reported.controls)
