@@ -1,8 +1,11 @@
 """Direct powers ``G^k = G × … × G`` of a group (e.g. SO(3) × SO(3) for two rigid bodies).
 
 Elements are stacked: ``(..., k, *G.element_shape)``; algebra coordinates are concatenated,
-``(..., k·dim)``; ``Ad``, ``ad`` and the Jacobians are block diagonal; ``hat`` gives the block-
-diagonal ``(k·n) × (k·n)`` matrix.
+``(..., k·dim)``; ``Ad``, ``ad`` and the Jacobians (also the Cayley map's) are block diagonal;
+``hat`` gives the block-diagonal ``(k·n) × (k·n)`` matrix.  The left-trivialized gradient of a
+function of the stacked factors is the factors' left gradients of its partial Euclidean
+gradients, concatenated (``left_gradient``), so an :class:`~geomjax.EulerPoincareSystem` on
+``G^k`` may carry a potential coupling the factors.
 """
 
 from __future__ import annotations
