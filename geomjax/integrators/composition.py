@@ -112,7 +112,42 @@ SCHEMES: dict[str, tuple[int, tuple[float, ...]]] = {
 ``Composition(method, scheme)`` takes a name of this table or a tuple of coefficients."""
 
 
-class Composition(AbstractMethod):
+class _AbstractStages(AbstractMethod):
+    """What a method whose every stage is a step of ``method`` (:class:`Composition`,
+    :class:`ProcessedComposition`) takes from it unchanged: the systems it supports, its
+    initial states and their checks, and the values plain reverse mode keeps of each stage."""
+
+    method: eqx.AbstractVar[AbstractMethod]
+
+    def supports(self, system) -> bool:
+        return self.method.supports(system)
+
+    def make_state(self, system, *args, **kwargs):
+        """A consistent initial state: the inner method's ``make_state`` (e.g.
+        :meth:`geomjax.RATTLE.make_state`, which projects onto the constraint) if it has one,
+        else ``system.make_state``."""
+        make = getattr(self.method, "make_state", None)
+        if make is not None:
+            return make(system, *args, **kwargs)
+        return system.make_state(*args, **kwargs)
+
+    def check_initial(self, system, state):
+        return self.method.check_initial(system, state)
+
+    def reverse_mode_saves(self, system, batched=False):
+        # the base method's names, kept for every stage (AbstractMethod.reverse_mode_saves).
+        # Measured for Composition ("suzuki4", LGVI, gradient over forward time keeping every
+        # residual -> the stages' roots; 2-core CPU, shared, CPU time, one run): SE(3) with
+        # gravity, batch 256 8.8x -> 4.3x, batch 1 3.7x -> 3.2x; SO(3) free body / heavy top,
+        # batch 1024 12.9x -> 4.7x / 11.5x -> 5.0x
+        return self.method.reverse_mode_saves(system, batched=batched)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
+        return self.finalize(system, carry), stats
+
+
+class Composition(_AbstractStages):
     """``Composition(method, scheme)``: a symmetric composition of a symmetric method (module
     docstring), e.g. ``Composition(LGVI(), "kahan_li6")`` — a sixth-order Lie group variational
     integrator.
@@ -196,9 +231,6 @@ class Composition(AbstractMethod):
     def stages(self) -> int:
         return len(self.coefficients)
 
-    def supports(self, system) -> bool:
-        return self.method.supports(system)
-
     @property
     def base(self) -> AbstractMethod:
         """The innermost (second-order) method of nested compositions."""
@@ -212,15 +244,6 @@ class Composition(AbstractMethod):
         """The inner method's holonomic constraint ``g(q)`` (:class:`~geomjax.RATTLE`), else None."""
         return getattr(self.method, "constraint", None)
 
-    def make_state(self, system, *args, **kwargs):
-        """A consistent initial state: the inner method's ``make_state`` (e.g.
-        :meth:`geomjax.RATTLE.make_state`, which projects onto the constraint) if it has one,
-        else ``system.make_state``."""
-        make = getattr(self.method, "make_state", None)
-        if make is not None:
-            return make(system, *args, **kwargs)
-        return system.make_state(*args, **kwargs)
-
     def validate(self, system) -> None:
         self.method.validate(system)
         # DEL / RATTLE place their (velocity-dependent) forces symmetrically: they stay symmetric
@@ -232,9 +255,6 @@ class Composition(AbstractMethod):
                 "is then not symmetric and a composition would stay second order. Use the base "
                 "method, or model the force as a control"
             )
-
-    def check_initial(self, system, state):
-        return self.method.check_initial(system, state)
 
     def init(self, system, state, t=0.0):
         return self.method.init(system, state, t)
@@ -250,18 +270,6 @@ class Composition(AbstractMethod):
 
     def carry_beyond_state(self) -> bool:
         return self.method.carry_beyond_state()
-
-    def reverse_mode_saves(self, system, batched=False):
-        # the base method's names, kept for every stage (AbstractMethod.reverse_mode_saves).
-        # Measured ("suzuki4", LGVI, gradient over forward time keeping every residual -> the
-        # stages' roots; 2-core CPU, shared, CPU time, one run): SE(3) with gravity, batch 256
-        # 8.8x -> 4.3x, batch 1 3.7x -> 3.2x; SO(3) free body / heavy top, batch 1024
-        # 12.9x -> 4.7x / 11.5x -> 5.0x
-        return self.method.reverse_mode_saves(system, batched=batched)
-
-    def step(self, system, state, dt, control=None, t=0.0):
-        carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
-        return self.finalize(system, carry), stats
 
     def advance(self, system, carry, dt, control=None, t=0.0):
         loop = self.loop
@@ -381,7 +389,7 @@ PROCESSED: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]] = {
 coefficients ``p_1 … p_m``), for :class:`ProcessedComposition`."""
 
 
-class ProcessedComposition(AbstractMethod):
+class ProcessedComposition(_AbstractStages):
     """``ProcessedComposition(method, scheme)``: a symmetric composition with processing
     (Butcher 1969; López-Marcos, Sanz-Serna & Skeel 1996; Blanes, Casas & Ros, "Symplectic
     integration with processing: a general study", SIAM J. Sci. Comput. 21 (1999); Blanes,
@@ -418,6 +426,9 @@ class ProcessedComposition(AbstractMethod):
     processor, which conjugates one fixed kernel, would no longer cancel (``ValueError``).  Not
     symmetric as a whole (``ReversibleAdjoint`` refuses it; use the plain
     :class:`Composition` there), and not composable again.
+    Plain reverse mode through :func:`geomjax.simulate` keeps of every stage (kernel and
+    processor) what the base method keeps of its step (``reverse_mode_saves``, as
+    :class:`Composition`).
 
     Arguments:
         method: a symmetric geomjax method (as for :class:`Composition`).
@@ -465,17 +476,8 @@ class ProcessedComposition(AbstractMethod):
     def base(self) -> AbstractMethod:
         return self.kernel.base
 
-    def supports(self, system) -> bool:
-        return self.method.supports(system)
-
-    def make_state(self, system, *args, **kwargs):
-        return self.kernel.make_state(system, *args, **kwargs)
-
     def validate(self, system) -> None:
         self.kernel.validate(system)
-
-    def check_initial(self, system, state):
-        return self.method.check_initial(system, state)
 
     def init(self, system, state, t=0.0):
         inner = self.method.init(system, state, t)
@@ -494,10 +496,6 @@ class ProcessedComposition(AbstractMethod):
     def finalize(self, system, carry):
         inner, h = carry
         return self.method.finalize(system, self._post(system, inner, h))
-
-    def step(self, system, state, dt, control=None, t=0.0):
-        carry, stats = self.advance(system, self.init(system, state, t), dt, control, t)
-        return self.finalize(system, carry), stats
 
     def advance(self, system, carry, dt, control=None, t=0.0):
         if control is not None:

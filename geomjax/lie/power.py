@@ -1,8 +1,11 @@
 """Direct powers ``G^k = G × … × G`` of a group (e.g. SO(3) × SO(3) for two rigid bodies).
 
 Elements are stacked: ``(..., k, *G.element_shape)``; algebra coordinates are concatenated,
-``(..., k·dim)``; ``Ad``, ``ad`` and the Jacobians are block diagonal; ``hat`` gives the block-
-diagonal ``(k·n) × (k·n)`` matrix.
+``(..., k·dim)``; ``Ad``, ``ad`` and the Jacobians (also the Cayley map's) are block diagonal;
+``hat`` gives the block-diagonal ``(k·n) × (k·n)`` matrix.  The left-trivialized gradient of a
+function of the stacked factors is the factors' left gradients of its partial Euclidean
+gradients, concatenated (``left_gradient``), so an :class:`~geomjax.EulerPoincareSystem` on
+``G^k`` may carry a potential coupling the factors.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from .base import LieGroup, as_float
+from .base import LieGroup, as_float, check_shape
 
 __all__ = ["PowerGroup"]
 
@@ -97,6 +100,21 @@ class PowerGroup(LieGroup):
     def exp_coAd_increment(self, xi, mu):
         return self._join(self.base.exp_coAd_increment(self._split(xi), self._split(mu)))
 
+    def cay(self, xi):
+        return self.base.cay(self._split(xi))
+
+    def cay_inv(self, g):
+        return self._join(self.base.cay_inv(as_float(g)))
+
+    def cay_jac_left(self, xi):
+        return _blockdiag(self.base.cay_jac_left(self._split(xi)), self.k)
+
+    def cay_jac_left_inv(self, xi):
+        return _blockdiag(self.base.cay_jac_left_inv(self._split(xi)), self.k)
+
+    def cay_coAd_increment(self, xi, mu):
+        return self._join(self.base.cay_coAd_increment(self._split(xi), self._split(mu)))
+
     def jac_left(self, xi):
         return _blockdiag(self.base.jac_left(self._split(xi)), self.k)
 
@@ -117,3 +135,23 @@ class PowerGroup(LieGroup):
 
     def to_matrix(self, g):
         return _blockdiag(self.base.to_matrix(as_float(g)), self.k)
+
+    def to_matrix_gradient(self, g, euclidean_grad):
+        """The factors' gradients on the diagonal blocks of :meth:`to_matrix` (a function of the
+        stored factors does not depend on the off-diagonal blocks)."""
+        g, grad = self._check_pair(g, euclidean_grad, "to_matrix_gradient")
+        return _blockdiag(self.base.to_matrix_gradient(g, grad), self.k)
+
+    def left_gradient(self, g, euclidean_grad):
+        """Factor by factor: ``<dU(g), (eta_1, …, eta_k)> = Σ_i d/dε U(…, g_i exp(ε eta_i), …)``,
+        so the left-trivialized gradient is the factors' left gradients of the partial
+        Euclidean gradients ``∇_{g_i} U``, concatenated as the algebra coordinates are
+        ``(..., k·dim)``.  (:meth:`LieGroup.left_gradient` would pair the block-diagonal
+        ``to_matrix(g)`` with the stacked ``(..., k, *element_shape)`` gradient.)"""
+        g, grad = self._check_pair(g, euclidean_grad, "left_gradient")
+        return self._join(self.base.left_gradient(g, grad))
+
+    def _check_pair(self, g, euclidean_grad, where):
+        where = f"{self.name}.{where}"
+        g = check_shape(g, self.element_shape, "g", where)
+        return g, check_shape(euclidean_grad, self.element_shape, "euclidean_grad", where)

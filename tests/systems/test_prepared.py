@@ -36,7 +36,9 @@ def test_prepared_velocity_equals_the_unprepared_one(seed, dtype):
     mu = jnp.asarray(np.random.default_rng(seed + 1).normal(size=6), dtype)
     np.testing.assert_allclose(ready.velocity(mu), body.velocity(mu), rtol=tol, atol=tol)
     np.testing.assert_allclose(
-        ready.velocity(mu), np.linalg.solve(np.asarray(H, np.float64), np.asarray(mu)), rtol=tol * 10
+        ready.velocity(mu),
+        np.linalg.solve(np.asarray(H, np.float64), np.asarray(mu)),
+        rtol=tol * 10,
     )
     assert ready.prepared() is ready  # idempotent
 
