@@ -1,10 +1,11 @@
 """Second-order trajectory optimization (geomjax.control.trajopt) against first-order shooting and
 crocoddyl.
 
-    python benchmarks/bench_trajopt.py [--fast]
+    python benchmarks/bench_trajopt.py [--fast] [--no-speed]
 
 (a) crocoddyl's quadrotor example (``geomjax.control.examples.quadrotor_problem``, same constants,
-    horizon, time step, costs and integrator): DDP and iLQR — final cost, iterations, compile time,
+    horizon, time step, costs and integrator): DDP and iLQR, each compiled for the first result
+    (the default) and with ``fast_iterations=True`` — final cost, iterations, compile time,
     wall after compile, time per iteration — side by side with crocoddyl's FDDP when a Python with
     crocoddyl is found (``CROCODDYL_PYTHON``, default this interpreter; ``pip install -e '.[bench]'``
     installs crocoddyl), timed with ``OMP_NUM_THREADS=1`` in a subprocess alternated with our runs.
@@ -22,6 +23,7 @@ crocoddyl.
 (e) quadrotor problems under ``vmap`` (:func:`batch_speed_rows`): targets uniform within ±1 m of
     (1, 0, 1), problems per second at batch 1, 64, 256, 1024 (``--fast``: 1, 8, 32) against the
     same problems solved one after another, and how many converged (baseline as in (d)).
+    ``--no-speed``: (a)–(c) only.
 Table + JSON (``benchmarks/results/bench_trajopt.json``).
 """
 
@@ -96,37 +98,53 @@ def crocoddyl_quadrotor(bounded=False):
     args = [py, "-c", CROC_SCRIPT] + (["bounded"] if bounded else [])
     try:
         out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"crocoddyl baseline not run ({py}): {last}")
+            return None
         return json.loads(out.stdout.strip().splitlines()[-1])
     except Exception as e:  # optional baseline
         print("crocoddyl baseline failed:", e)
         return None
 
 
-def _timed_solve(prob, solver, max_iters, repeats=5):
+def _timed_solve(prob, solver, max_iters, repeats=5, fast_iterations=False):
+    kw = dict(max_iters=max_iters, progress=False, fast_iterations=fast_iterations)
     t0 = time.perf_counter()
-    sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
+    sol = solve_ocp(prob, solver, **kw)
     jax.block_until_ready(sol.controls)
     compile_s = time.perf_counter() - t0
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
+        sol = solve_ocp(prob, solver, **kw)
         jax.block_until_ready(sol.controls)
         walls.append(time.perf_counter() - t0)
     return sol, compile_s - min(walls), min(walls)
+
+
+def _SOLVERS(*solvers):
+    """Each solver compiled for the first result (the default) and with
+    ``fast_iterations=True`` (XLA:CPU's own kernels for the small products: faster iterations,
+    longer compilation), one after the other in this process."""
+    return [(s, quick) for s in solvers for quick in (False, True)]
+
+
+def _label(solver, quick):
+    return type(solver).__name__ + (" fast_iterations" if quick else "")
 
 
 def quadrotor_rows(fast):
     rows = []
     for bounded in (False, True):
         prob = quadrotor_problem(bounded=bounded)
-        for solver in (DDP(tol=1e-9), ILQR(tol=1e-9)):
-            sol, c, w = _timed_solve(prob, solver, 100, repeats=2 if fast else 5)
+        for solver, quick in _SOLVERS(DDP(tol=1e-9), ILQR(tol=1e-9)):
+            sol, c, w = _timed_solve(prob, solver, 100, 2 if fast else 5, quick)
             n = int(sol.iterations)
             rows.append(
                 dict(
                     problem="quadrotor" + (" (0.1≤f≤5)" if bounded else ""),
-                    solver=type(solver).__name__,
+                    solver=_label(solver, quick),
                     status=sol.stop_reason,
                     cost=float(sol.cost),
                     iterations=n,
@@ -159,13 +177,13 @@ def attitude_rows(fast):
     )
     rows = []
     ref = None
-    for solver in (DDP(), ILQR()):
-        sol, c, w = _timed_solve(prob, solver, 200, repeats=2 if fast else 5)
+    for solver, quick in _SOLVERS(DDP(), ILQR()):
+        sol, c, w = _timed_solve(prob, solver, 200, 2 if fast else 5, quick)
         ref = float(sol.cost) if ref is None else min(ref, float(sol.cost))
         rows.append(
             dict(
                 problem=f"attitude N={steps}",
-                solver=type(solver).__name__,
+                solver=_label(solver, quick),
                 status=sol.stop_reason,
                 cost=float(sol.cost),
                 iterations=int(sol.iterations),
@@ -440,7 +458,8 @@ def main(argv=None):
     write_json(
         "bench_trajopt", dict(quadrotor=qrows, attitude=arows, batch=brows, load_average=load)
     )
-    _speed_main(fast, argv)
+    if "--no-speed" not in argv:  # (d), (e): a fresh process per measurement (long)
+        _speed_main(fast, argv)
 
 
 def _speed_main(fast, argv):

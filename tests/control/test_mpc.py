@@ -185,6 +185,46 @@ def test_bad_input_names_the_argument():
         run_mpc(attitude_problem(steps=4, method=SemiImplicitEuler()), steps=3)
 
 
+def test_traced_checks_run_once_per_signature():
+    """run_mpc's traced checks (a plant step, the error function) are remembered per signature:
+    the same structure and shapes skip the check, anything else, a new function included, runs
+    it again, and a failing check is never remembered."""
+    from geomjax.control.mpc import _checked_once
+
+    calls = []
+
+    def ok():
+        calls.append(1)
+
+    a = (jnp.zeros(3), jnp.ones((2, 2)))
+    _checked_once("test", a, ok)
+    _checked_once("test", (jnp.ones(3), jnp.zeros((2, 2))), ok)  # other values: same signature
+    assert len(calls) == 1
+    _checked_once("test", (jnp.zeros(4), jnp.ones((2, 2))), ok)  # another shape
+    _checked_once("test", (jnp.zeros(3, jnp.float32), jnp.ones((2, 2))), ok)  # another dtype
+    assert len(calls) == 3
+    f, g = (lambda t, x: x), (lambda t, x: x)
+    _checked_once("test", (f, a), ok)
+    _checked_once("test", (f, a), ok)
+    _checked_once("test", (g, a), ok)  # a new function is checked again
+    assert len(calls) == 5
+
+    def bad():
+        calls.append(1)
+        raise ValueError("bad")
+
+    for _ in range(2):
+        with pytest.raises(ValueError, match="bad"):
+            _checked_once("test-bad", a, bad)
+    assert len(calls) == 7
+    # through run_mpc: a wrong error function after a checked call is still named
+    model = _model()
+    with pytest.raises(ValueError, match="'error'"):
+        run_mpc(model, steps=3, error=lambda t, x: x.Pi)
+    with pytest.raises(ValueError, match="'error'"):
+        run_mpc(model, steps=3, error=lambda t, x: x.Pi)
+
+
 def test_retarget_shifts_time_and_state_and_horizon():
     """The re-targeted problem starts at the measured state and sees absolute time in its stage
     cost and dynamics (a time-dependent reference), and ``MPC(horizon=...)`` changes only N."""

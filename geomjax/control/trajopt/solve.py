@@ -96,7 +96,7 @@ def solve_ocp(
         fast_iterations: compile the eager solve for speed per iteration rather than for time
             to the first result: XLA:CPU then emits the solver's small matrix products into
             its loop's own kernel instead of calling a kernel library for each (2–3× faster
-            iterations, 1.3–1.9× longer compilation, the same results to round-off; measured
+            iterations, 1.3–1.9× longer compilation, the same optimum; measured
             on a 2-core CPU, see the benchmarks page).  For a problem solved many times with
             the same structure (other targets, weights or initial states reuse the program).
             Under an outer ``jit``/``vmap`` the caller's program decides.
