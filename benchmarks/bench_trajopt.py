@@ -24,7 +24,8 @@ crocoddyl.
     (1, 0, 1), problems per second at batch 1, 64, 256, 1024 (``--fast``: 1, 8, 32) against the
     same problems solved one after another, and how many converged (baseline as in (d)).
     ``--no-speed``: (a)–(c) only.
-Table + JSON (``benchmarks/results/bench_trajopt.json``).
+Table + JSON (``benchmarks/results/bench_trajopt.json``), and a plot of the cost against wall
+time per solver for (a) and (b) (``benchmarks/results/bench_trajopt.png``).
 """
 
 from __future__ import annotations
@@ -123,6 +124,46 @@ def _timed_solve(prob, solver, max_iters, repeats=5, fast_iterations=False):
     return sol, compile_s - min(walls), min(walls)
 
 
+#: cost against wall time after compilation, per problem and solver (the figure of (a), (b))
+CURVES: dict = {}
+
+
+def _curve(name, sol, wall):
+    """The cost before each iteration and at the end, against the wall time of the timed solve
+    spread evenly over its iterations (the mean time per iteration; the solve is timed without a
+    report per iteration, which would cost as much as an iteration)."""
+    n = int(sol.iterations)
+    cost = [float(c) for c in np.asarray(sol.history["cost"])[:n]] + [float(sol.cost)]
+    CURVES[name] = dict(time=[wall * k / n for k in range(n + 1)], cost=cost)
+
+
+def plot_curves(path):
+    """Cost minus the best cost of its problem against wall time (log-log), one panel per
+    problem: what a solve costs to reach each accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from common import save_figure
+
+    problems = sorted({k.split(" | ")[0] for k in CURVES})
+    fig, axes = plt.subplots(1, len(problems), figsize=(5 * len(problems), 4), squeeze=False)
+    for ax, prob in zip(axes[0], problems):
+        curves = {k.split(" | ")[1]: v for k, v in CURVES.items() if k.startswith(prob + " | ")}
+        # the best cost of the trajectory optimizers (shooting minimizes a penalty form)
+        riccati = [v for k, v in curves.items() if "shooting" not in k] or list(curves.values())
+        best = min(min(v["cost"]) for v in riccati)
+        for label, v in curves.items():
+            t = np.asarray(v["time"]) * 1e3
+            gap = np.maximum(np.asarray(v["cost"]) - best, 1e-16 * abs(best))
+            ax.loglog(np.maximum(t, 1e-3), gap, ".-", label=label)
+        ax.set_title(prob)
+        ax.set_xlabel("wall time after compilation (ms)")
+        ax.set_ylabel("cost − best cost")
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
 def _SOLVERS(*solvers):
     """Each solver compiled for the first result (the default) and with
     ``fast_iterations=True`` (XLA:CPU's own kernels for the small products: faster iterations,
@@ -141,6 +182,8 @@ def quadrotor_rows(fast):
         for solver, quick in _SOLVERS(DDP(tol=1e-9), ILQR(tol=1e-9)):
             sol, c, w = _timed_solve(prob, solver, 100, 2 if fast else 5, quick)
             n = int(sol.iterations)
+            name = "quadrotor" + (" (0.1≤f≤5)" if bounded else "")
+            _curve(f"{name} | {_label(solver, quick)}", sol, w)
             rows.append(
                 dict(
                     problem="quadrotor" + (" (0.1≤f≤5)" if bounded else ""),
@@ -180,6 +223,7 @@ def attitude_rows(fast):
     for solver, quick in _SOLVERS(DDP(), ILQR()):
         sol, c, w = _timed_solve(prob, solver, 200, 2 if fast else 5, quick)
         ref = float(sol.cost) if ref is None else min(ref, float(sol.cost))
+        _curve(f"attitude N={steps} | {_label(solver, quick)}", sol, w)
         rows.append(
             dict(
                 problem=f"attitude N={steps}",
@@ -202,6 +246,11 @@ def attitude_rows(fast):
         jax.jit(loss), u0, "lbfgs", max_iters=2000, target=ref * (1 + 1e-6), progress=False
     )
     wall = time.perf_counter() - t0 - res.compile_time
+    h = res.history
+    CURVES[f"attitude N={steps} | L-BFGS shooting"] = dict(
+        time=[max(float(t) - res.compile_time, 0.0) for t in h["time"]],
+        cost=[float(v) for v in h["loss"]],
+    )
     rows.append(
         dict(
             problem=f"attitude N={steps}",
@@ -456,8 +505,10 @@ def main(argv=None):
     load = dict(start=load_start, end=os.getloadavg())
     print("load average (1, 5, 15 min): start", load["start"], "end", load["end"])
     write_json(
-        "bench_trajopt", dict(quadrotor=qrows, attitude=arows, batch=brows, load_average=load)
+        "bench_trajopt",
+        dict(quadrotor=qrows, attitude=arows, batch=brows, load_average=load, curves=CURVES),
     )
+    plot_curves(Path(__file__).resolve().parent / "results" / "bench_trajopt.png")
     if "--no-speed" not in argv:  # (d), (e): a fresh process per measurement (long)
         _speed_main(fast, argv)
 

@@ -189,6 +189,9 @@ def check_choosing_an_optimizer(ns):
     assert ilqr.stop_reason == ddp.stop_reason == "converged"
     np.testing.assert_allclose(float(ddp.cost), float(ilqr.cost), rtol=1e-9)
     np.testing.assert_allclose(float(lbfgs.loss), float(ilqr.cost), rtol=1e-6)
+    # the program compiled for fast iterations reaches the same optimum
+    np.testing.assert_allclose(float(ns["fast"].cost), float(ilqr.cost), rtol=1e-9)
+    np.testing.assert_allclose(ns["fast"].controls, ilqr.controls, atol=1e-6)
     assert int(ddp.iterations) <= int(ilqr.iterations) < int(lbfgs.iterations)
     J = ns["jax"].jit(ns["shooting_cost"])
     eps = 1e-6
