@@ -312,7 +312,7 @@ def top_level_options(
     ``library_fusions=False``: also without XLA:CPU's library fusions
     (:func:`geomjax._internal.xla_flags.no_library_fusion_options`): for programs of small
     products run many times (model predictive control), whose iterations run 2–3× faster and
-    compile 1.3–1.9× longer.
+    compile 1.4–2.2× longer.
 
     ``jit_under_trace=False``: under a transformation ``fn`` is called as it is, not through
     ``equinox.filter_jit`` (for a function that was not jitted before: inside a ``jit`` it is

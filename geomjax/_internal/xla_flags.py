@@ -353,7 +353,7 @@ def small_loops_traced() -> bool:
 # emits the products into the loop's kernel: measured on a 2-core x86-64 CPU (float64, one
 # process, shared machine): the 40-node attitude problem's backward pass 158 → 89 µs; iLQR per
 # iteration 0.27 → 0.094 ms (attitude) and 0.50 → 0.24 ms (quadrotor), DDP 1.75 → 0.62 and
-# 1.63 → 0.85 ms; compilation 1.3–1.9× longer (quadrotor iLQR 4.7 → 9.0 s).  For large batched
+# 1.63 → 0.85 ms; compilation 1.4–2.2× longer (idle snapshot: iLQR 1.4–1.6×, DDP 2.0–2.2×).  For large batched
 # products the library is faster (a width-64 network potential's gradient over a batch of 256:
 # 268 ms with it, 416 ms without), so this is not a process setting: only programs whose
 # products are small and run many times ask for it (model predictive control, and

@@ -62,7 +62,7 @@ def _solve_traced(problem, solver, us, xs, max_iters, monitor=False):
 # caller's program and compiled with the caller's options.
 _solve = top_level_options(_solve_traced, LEGACY_EMITTERS, small_loops=True)
 # ``fast_iterations=True``: also without XLA:CPU's library fusions (the small products in the
-# loop's own kernel): iterations 2–3× faster, compilation 1.3–1.9× longer
+# loop's own kernel): iterations 2–3× faster, compilation 1.4–2.2× longer
 _solve_fast = top_level_options(
     _solve_traced, LEGACY_EMITTERS, small_loops=True, library_fusions=False
 )
@@ -96,7 +96,7 @@ def solve_ocp(
         fast_iterations: compile the eager solve for speed per iteration rather than for time
             to the first result: XLA:CPU then emits the solver's small matrix products into
             its loop's own kernel instead of calling a kernel library for each (2–3× faster
-            iterations, 1.3–1.9× longer compilation, the same optimum; measured
+            iterations, 1.4–2.2× longer compilation, the same optimum; measured
             on a 2-core CPU, see the benchmarks page).  For a problem solved many times with
             the same structure (other targets, weights or initial states reuse the program).
             Under an outer ``jit``/``vmap`` the caller's program decides.
