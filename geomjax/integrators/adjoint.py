@@ -156,6 +156,7 @@ from .._internal.eager import top_level_options
 from .._linalg import plain_stacks, select_stack
 from ._so3_soa import hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
+from .lgvi import torque_in_carry
 from .newton import record_solutions, replay_solutions
 from .simulate import _control_chunk, _vmapped, cast_floating, simulate
 
@@ -618,7 +619,9 @@ def _bwd_with_plain_stacks(
 ):  # fmt: skip
     # plain stacks in the backward pass (geomjax._linalg.plain_stacks: the reconstructed state
     # feeds the VJP in the same iteration, where a select chain would be duplicated)
-    with plain_stacks():
+    # the LGVI's SO(3) kernel without its carried torque (lgvi.torque_in_carry: with it, the
+    # backward carry also holds the torque's cotangent; measured slower)
+    with plain_stacks(), torque_in_carry(False):
         return _bwd_traced(
             sol, ct_sol, perturbed, args, simulate,
             steps=steps, save_every=save_every, tol=tol, batched=batched,

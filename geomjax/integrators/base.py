@@ -78,13 +78,15 @@ class AbstractMethod(eqx.Module):
         for the carry that finalized to ``state``); :meth:`init` when ``extra`` is ``None``."""
         return self.init(system, state, t)
 
-    def carry_beyond_state(self) -> bool:
+    def carry_beyond_state(self, system=None) -> bool:
         """Whether the internal carry holds more than a layout of the state (e.g. the Newton seed
         of :class:`geomjax.NonholonomicVI`).  :func:`geomjax.simulate` then rebuilds it from the
         state (``init(finalize(carry))``) at the start of every saved block, inside its compiled
         loop, so that a run continued from a saved state starts each block from the same bits
         as the uninterrupted run (a seed carried from the previous step and one recomputed from
-        the state can differ in the last bit)."""
+        the state can differ in the last bit).  ``system``: the system it integrates (the
+        answer may depend on it, e.g. the LGVI carries the potential force only where there is
+        a potential); ``None``: whether it may, for any system."""
         return False
 
     def forward_solutions(self, system, reverse_solutions, carry):

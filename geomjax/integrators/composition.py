@@ -268,8 +268,8 @@ class Composition(_AbstractStages):
     def resume(self, system, state, extra, t=0.0):
         return self.method.resume(system, state, extra, t)
 
-    def carry_beyond_state(self) -> bool:
-        return self.method.carry_beyond_state()
+    def carry_beyond_state(self, system=None) -> bool:
+        return self.method.carry_beyond_state(system)
 
     def advance(self, system, carry, dt, control=None, t=0.0):
         loop = self.loop

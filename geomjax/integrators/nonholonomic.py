@@ -402,7 +402,7 @@ class NonholonomicVI(AbstractMethod):
     def finalize(self, system, carry):
         return carry[0]
 
-    def carry_beyond_state(self) -> bool:
+    def carry_beyond_state(self, system=None) -> bool:
         return True  # the acceleration seed
 
     def advance(self, system, carry, dt, control=None, t=0.0):

@@ -614,7 +614,7 @@ def _integrate_traced(
     def steps_of_chunk(carry, us):
         return jax.lax.scan(one_step, carry, us, length=chunk)[0], None
 
-    reinit = method.carry_beyond_state()
+    reinit = method.carry_beyond_state(system)
 
     def block(carry, us):
         inner, t = carry

@@ -245,11 +245,21 @@ class AbstractLieGroupSystem(AbstractSystem):
         """``-dV(g)`` in g*, the left-trivialized force of the potential (torque on SO(3)).
 
         ``<dV(g), eta> = d/dε V(g exp(ε eta))``, computed from the Euclidean gradient of ``V``
-        (:meth:`LieGroup.left_gradient`) — no differentiation through ``exp``."""
+        (:meth:`LieGroup.left_gradient`) — no differentiation through ``exp`` — or in closed form
+        where the potential gives one (:meth:`closed_form_potential_force`)."""
         G = self.group
         if not self.has_potential:
             return jnp.zeros((G.dim,), dtype=jnp.result_type(g))
+        closed = self.closed_form_potential_force()
+        if closed is not None:  # in g's dtype, as the gradient of V with respect to g would be
+            return jnp.asarray(closed(g), jnp.result_type(g))
         return -G.left_gradient(g, jax.grad(self.potential_energy)(g))
+
+    def closed_form_potential_force(self):
+        """``g -> −dV(g)`` in closed form (left-trivialized), or ``None`` (the default: autodiff,
+        :meth:`potential_force`).  Systems whose potential defines ``potential_force`` return it
+        (:mod:`geomjax.systems.potentials`)."""
+        return None
 
     def kinetic_energy(self, state) -> jax.Array:
         _, mu = self.split(state)

@@ -97,6 +97,13 @@ class EulerPoincareSystem(AbstractLieGroupSystem):
             return jnp.zeros((), dtype=jnp.result_type(g))
         return self.potential(g)
 
+    def closed_form_potential_force(self):
+        # the potential's own -dV (geomjax.systems.potentials), unless a subclass computes its
+        # potential energy otherwise
+        if type(self).potential_energy is not EulerPoincareSystem.potential_energy:
+            return None
+        return getattr(self.potential, "potential_force", None)
+
 
 class RigidBodyState(eqx.Module):
     """State of a rigid body on SO(3): attitude ``R`` ``(3, 3)`` (body → space) and body angular
