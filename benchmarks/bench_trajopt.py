@@ -13,7 +13,8 @@ crocoddyl.
     L-BFGS shooting on the controls (``geomjax.control.optimize``, bounds as a quadratic
     penalty): iterations and wall time to the same final cost.
 (c) batches of attitude problems (random targets) under ``vmap``: problems per second against the
-    same problems solved one after another.
+    same problems solved one after another; the batch compiled by ``jax.jit``, ``geomjax.jit``
+    and ``geomjax.jit(library_fusions=False)``.
 (d) compile and run speed of the solvers, each worked problem and solver in a fresh process
     (:func:`speed_rows`): cost, iterations, compile s, ms per solve, ms per iteration and the
     size of the solve's program (jaxpr equations, nested ones included); with
@@ -276,24 +277,40 @@ def batch_rows(fast):
         )
         return solve_ocp(prob, ILQR(), max_iters=100)
 
-    batched = jax.jit(jax.vmap(one))
     single = jax.jit(one)
-    jax.block_until_ready(batched(angles).controls)
     jax.block_until_ready(single(angles[0]).controls)
-    t0 = time.perf_counter()
-    out = batched(angles)
-    jax.block_until_ready(out.controls)
-    wb = time.perf_counter() - t0
+    rows = []
+    # the batch compiled three ways (each compiled first, then timed): XLA's defaults, geomjax.jit
+    # (the small-loop threshold) and geomjax.jit without XLA:CPU's library fusions
+    for label, jit in (
+        ("jax.jit", jax.jit),
+        ("geomjax.jit", gj.jit),
+        ("geomjax.jit(library_fusions=False)", gj.jit(library_fusions=False)),
+    ):
+        batched = jit(jax.vmap(one))
+        t0 = time.perf_counter()
+        jax.block_until_ready(batched(angles).controls)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = batched(angles)
+        jax.block_until_ready(out.controls)
+        wb = time.perf_counter() - t0
+        ok = int(np.sum(np.asarray(out.status) == 0))
+        rows.append(
+            dict(
+                mode=f"vmap batch {B}, {label}",
+                problems_per_s=B / wb,
+                converged=f"{ok}/{B}",
+                compile_s=first - wb,
+            )
+        )
     n_serial = min(B, 32)
     t0 = time.perf_counter()
     for a in angles[:n_serial]:
         jax.block_until_ready(single(a).controls)
     ws = (time.perf_counter() - t0) / n_serial
-    ok = int(np.sum(np.asarray(out.status) == 0))
-    return [
-        dict(mode=f"vmap batch {B}", problems_per_s=B / wb, converged=f"{ok}/{B}"),
-        dict(mode="one after another", problems_per_s=1 / ws, converged="-"),
-    ]
+    rows.append(dict(mode="one after another", problems_per_s=1 / ws, converged="-"))
+    return rows
 
 
 # --- (d), (e): compile and run speed, each measurement in a fresh process ----------------------
@@ -499,7 +516,9 @@ def main(argv=None):
     arows = attitude_rows(fast)
     print_table(arows, cols, "(b) torque-limited attitude: DDP/iLQR vs L-BFGS shooting")
     brows = batch_rows(fast)
-    print_table(brows, ["mode", "problems_per_s", "converged"], "(c) batched attitude problems")
+    print_table(
+        brows, ["mode", "problems_per_s", "converged", "compile_s"], "(c) batched attitude problems"
+    )
     # a shared machine: the load average (1, 5, 15 min) at the start and end of the run; the
     # ratios within one run are what to compare
     load = dict(start=load_start, end=os.getloadavg())

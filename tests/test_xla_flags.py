@@ -448,3 +448,37 @@ def test_geomjax_jit_rejects_a_non_callable():
 
     with pytest.raises(TypeError, match="'fun' must be callable"):
         gj.jit(3)
+
+
+def test_geomjax_jit_without_library_fusions():
+    """``geomjax.jit(f, library_fusions=False)``: the same results as ``geomjax.jit(f)`` (to
+    round-off) from a program that calls no library fusion, where this XLA has the option (the
+    default program of the same batched small products calls some); its argument is checked."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import geomjax as gj
+    from geomjax._internal.xla_flags import no_library_fusion_options
+
+    def batched(A, x):
+        def body(_, y):  # small products repeated in a loop, as in a solver's iteration
+            return jnp.tanh(A @ y) + x
+
+        return jax.lax.fori_loop(0, 20, body, x)
+
+    A = jnp.asarray(np.random.default_rng(0).normal(size=(64, 6, 6)) / 3)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(64, 6, 9)))
+    plain, fast = gj.jit(batched), gj.jit(library_fusions=False)(batched)
+    np.testing.assert_allclose(fast(A, x), plain(A, x), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(fast(A, x), jax.jit(batched)(A, x), rtol=1e-12, atol=1e-13)
+    if no_library_fusion_options():
+
+        def text(f):
+            c = f.lower(A, x).compile()
+            return getattr(c, "compiled", c).as_text()
+
+        assert "ynn_fusion" in text(plain)  # (so that the next line can fail)
+        assert "ynn_fusion" not in text(fast)
+    with pytest.raises(TypeError, match="'library_fusions' must be True or False"):
+        gj.jit(batched, library_fusions="no")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 
 from . import compile_cache, gc_freeze, xla_flags
@@ -10,7 +11,7 @@ from . import compile_cache, gc_freeze, xla_flags
 __all__ = ["configure", "jit"]
 
 
-def jit(fun=None, /):
+def jit(fun=None, /, *, library_fusions: bool = True):
     """:func:`equinox.filter_jit` whose top-level program compiles its loops fast on CPU.
 
     ``geomjax.jit(f)`` is ``equinox.filter_jit(f)`` (arrays traced, everything else static),
@@ -31,14 +32,30 @@ def jit(fun=None, /):
     (``configure(xla_small_loops=True)`` before JAX's first computation).  On other backends
     the option is not added.
 
-    Usable as a decorator (``@geomjax.jit``)."""
+    ``library_fusions=False``: also without XLA:CPU's library fusions (the matrix products, and
+    the elementwise and reduction groups around them, handed to a kernel library), for programs
+    of many small products repeated in a loop: batched trajectory optimization
+    (``jax.vmap`` of :func:`geomjax.control.solve_ocp`'s solve), model predictive control.  Each
+    library call is a kernel of its own inside a loop that is otherwise one kernel, and costs
+    more than its arithmetic on 6×9 matrices.  Not the default: compilation takes longer
+    (1.4–2.2× for ``solve_ocp``), and programs of larger products lose (a width-64 network's
+    gradient over a batch of 256 ran 1.6× slower without the library).  ``solve_ocp``'s own
+    ``fast_iterations=True`` and ``run_mpc`` apply it to their programs; the documentation's
+    Architecture page (*Small products in the solver's kernels*) has the measurements.
+
+    Usable as a decorator (``@geomjax.jit`` or ``@geomjax.jit(library_fusions=False)``)."""
     from .eager import top_level_options
 
+    if not isinstance(library_fusions, bool):
+        raise TypeError(
+            "geomjax.jit: argument 'library_fusions' must be True or False, got "
+            f"{library_fusions!r}"
+        )
     if fun is None:
-        return jit
+        return functools.partial(jit, library_fusions=library_fusions)
     if not callable(fun):
         raise TypeError(f"geomjax.jit: argument 'fun' must be callable, got {type(fun).__name__}")
-    return top_level_options(fun, small_loops=True)
+    return top_level_options(fun, small_loops=True, library_fusions=library_fusions)
 
 
 def configure(
