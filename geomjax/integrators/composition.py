@@ -115,7 +115,8 @@ SCHEMES: dict[str, tuple[int, tuple[float, ...]]] = {
 class _AbstractStages(AbstractMethod):
     """What a method whose every stage is a step of ``method`` (:class:`Composition`,
     :class:`ProcessedComposition`) takes from it unchanged: the systems it supports, its
-    initial states and their checks, and the values plain reverse mode keeps of each stage."""
+    initial states and their checks, its controls' shape and parameter checks, and the values
+    plain reverse mode keeps of each stage."""
 
     method: eqx.AbstractVar[AbstractMethod]
 
@@ -133,6 +134,13 @@ class _AbstractStages(AbstractMethod):
 
     def check_initial(self, system, state):
         return self.method.check_initial(system, state)
+
+    def control_shape(self, system):
+        # a stage's control is the base method's (e.g. actuator commands through Actuated)
+        return self.method.control_shape(system)
+
+    def validate(self, system) -> None:
+        self.method.validate(system)
 
     def reverse_mode_saves(self, system, batched=False):
         # the base method's names, kept for every stage (AbstractMethod.reverse_mode_saves).

@@ -47,6 +47,12 @@ class Actuated(_WrappedMethod):
     def control_shape(self, system):
         return (jnp.shape(self.matrix)[-1],)  # the commands, not the body force
 
+    @property
+    def symmetric(self):
+        # B u is held over the step, so the step is symmetric where the actuated method's is
+        # (a Composition of it raises the order; ReversibleAdjoint reverses it)
+        return getattr(self.method, "symmetric", False)
+
     def step(self, system, state, dt, control=None, t=0.0):
         u = None if control is None else self.matrix @ control
         return self.method.step(system, state, dt, u, t)
