@@ -29,6 +29,11 @@ __all__ = [
 ]
 
 
+def _defined_in(cls, name):
+    """The class of ``cls``'s MRO that defines the attribute ``name``."""
+    return next(k for k in cls.__mro__ if name in k.__dict__)
+
+
 class EulerPoincareSystem(AbstractLieGroupSystem):
     """Generalized rigid body on any group: ``L = ½ <xi, I xi> − V(g)``.
 
@@ -99,10 +104,17 @@ class EulerPoincareSystem(AbstractLieGroupSystem):
 
     def closed_form_potential_force(self):
         # the potential's own -dV (geomjax.systems.potentials), unless a subclass computes its
-        # potential energy otherwise
+        # potential energy otherwise, or the potential's class overrides __call__ below the
+        # class that gives the closed form (which then belongs to another potential)
         if type(self).potential_energy is not EulerPoincareSystem.potential_energy:
             return None
-        return getattr(self.potential, "potential_force", None)
+        closed = getattr(self.potential, "potential_force", None)
+        if closed is None or not callable(closed):
+            return None
+        cls = type(self.potential)
+        if not issubclass(_defined_in(cls, "potential_force"), _defined_in(cls, "__call__")):
+            return None
+        return closed
 
 
 class RigidBodyState(eqx.Module):

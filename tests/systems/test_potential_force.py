@@ -103,6 +103,24 @@ def test_a_subclass_with_its_own_energy_keeps_the_autodiff_route():
     )
 
 
+def test_a_potential_subclass_with_its_own_call_keeps_the_autodiff_route():
+    class Stiffer(gj.HeavyTop):  # another potential: the parent's closed form is not its force
+        def __call__(self, R):
+            return super().__call__(R) + 0.3 * jnp.sum(R[:, 0] ** 2 * jnp.arange(3.0))
+
+    class Exact(Stiffer):  # ... unless it gives its own
+        def potential_force(self, R):
+            return _autodiff_force(gj.RigidBody([1.0, 2.0, 3.0], Stiffer(1.0, 9.81, self.rho)), R)
+
+    R = SO3.exp(jnp.array([0.3, 0.2, -0.1]))
+    body = gj.RigidBody([1.0, 2.0, 3.0], Stiffer(1.0, 9.81, [0.1, 0.0, 0.5]))
+    assert body.closed_form_potential_force() is None
+    np.testing.assert_allclose(body.potential_force(R), _autodiff_force(body, R), rtol=1e-13)
+    assert gj.RigidBody(
+        [1.0, 2.0, 3.0], Exact(1.0, 9.81, [0.1, 0.0, 0.5])
+    ).closed_form_potential_force()
+
+
 # --- the SO(3) kernel's carried torque ----------------------------------------------------------
 
 HT = gj.HeavyTop(1.5, 9.81, [0.05, -0.02, 0.3])
