@@ -371,6 +371,7 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
                     dep.update(eqn.outvars)
             else:
                 u_eqns.append(eqn)
+        u_eqns = _live_eqns(u_eqns, jaxpr.outvars)
         # residuals: known values read by the per-step part (or returned by it)
         res, seen = [], set()
         for v in [*(w for e in u_eqns for w in e.invars), *jaxpr.outvars]:
@@ -426,6 +427,25 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
     except Exception:
         return None
     return _Invariant(known_fn, unknown_fn, diff)
+
+
+def _live_eqns(eqns, outvars):
+    """The equations of ``eqns`` whose results reach ``outvars`` (or that have effects): dead-
+    code elimination of the per-step part, so that a value it computes and drops is no residual.
+
+    Why: with the solutions handed over (``sols``) the step's Newton guess is dead code (the
+    replayed root replaces it), yet it was traced; on SE(3) the guess reads the 36 entries of
+    the inverse inertia, which became residuals whose (always zero) cotangents the backward
+    step carried and added, 36 arrays per step (batch 256 under ``vmap``: ``(256,)`` each)."""
+    from jax.extend import core as jc
+
+    live = {v for v in outvars if not isinstance(v, jc.Literal)}
+    kept = []
+    for eqn in reversed(eqns):
+        if eqn.effects or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if not isinstance(v, jc.Literal))
+    return kept[::-1]
 
 
 class _Scalars(eqx.Module):
