@@ -139,6 +139,30 @@ residuals much larger than the parameters), the backward step differentiates wit
 the parameters directly: same gradients, without the speed-up.  (``NonholonomicVI`` on the
 Chaplygin sleigh, batch 256: 4.1× the forward run split, 4.4× direct; plain reverse mode 3.4–3.7×.)
 
+The LGVI's generic group path (:class:`~geomjax.RigidBodySE3` with gravity and an offset centre
+of mass: a 6×6 inertia, the step scalarized, the Legendre root by a 6×6 Newton solve) keeps the
+JAX path above.  Three details made it cheaper.  The residual cotangents are pulled back through
+the parameter-only part once (:func:`_diff_residuals`; written as one evaluation of ``known``
+per residual it was 37 copies of the 6×6 inverse's derivative, 37 496 of the gradient's 46 434
+jaxpr equations, and under ``vmap`` each copy ran per example).  The per-step part is pruned of
+dead code before its residuals are chosen (:func:`_live_eqns`: the replayed Newton guess read
+the 36 entries of the inverse inertia, whose zero cotangents were carried every step).  And the
+reverse step solves by chord iterations (``LGVI._solve_legendre``: one Jacobian per step
+instead of one per Newton iteration; its roots are handed over as before).  Measured
+(``bench_gradient_cost.py --clock=cpu --se3-only``, float64, ``geomjax.jit``, shared 2-core CPU
+at load ~4.5, gradient time over forward time, compile time in brackets), before → after:
+batch 256, 100 steps: 4.89× (41 s) → 3.06× and 2.96× (8.4–8.5 s, two runs), plain reverse mode
+2.60–2.64× (6.5–8.5 s); batch 1, 5000 steps, the benchmark's harness run on the code before and
+after in turn, twice: 3.09× and 3.15× (28 s) → 3.07× and 3.12× (5.1–5.4 s), plain reverse mode
+1.89–1.94× (4.1–4.6 s); at batch 1 the run time is unchanged (the two benchmark runs gave
+3.5× and 3.7× there, on a machine whose load varied).  What is left: the
+reverse step is ~0.9× the forward step (measured alone at batch 256), and XLA:CPU re-evaluates
+shared producers inside the backward step's fused kernels (batch 256: 138 kernels holding
+16 500 operations, against 2 400 for the forward step without its Newton loop).  Tried and not
+adopted (same-run A/B): the packed carry (83 entries: 12.8× at batch 256), the residuals as
+scalar entries like the state (batch 256 2.95× → 2.87×, batch 1 3.28× → 4.22×: one kernel per
+entry), the state's cotangent as arrays at batch 1 (3.00× against 3.06×: noise).
+
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
 ``checkpoint=True``), feedback controls ``u(t, state)`` (the reverse step would be implicit).

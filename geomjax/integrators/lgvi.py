@@ -445,7 +445,9 @@ class LGVI(AbstractMethod):
         # reach Newton's order e0^(2^newton_iters) from the same guess.  The reconstructed
         # state equals Newton's to round-off.  Measured (2-core CPU, shared, float64, gradient
         # time over the forward run, Newton -> chord in one run): batch 256, 100 steps 3.13x ->
-        # 2.92x; batch 1, 5000 steps 3.21x -> 3.02x.  Only where the iterations are a rolled
+        # 2.92x; batch 1, 5000 steps, three runs: 3.21x -> 3.02x, 2.89x -> 3.00x, 2.88x ->
+        # 2.97x (a wash: there XLA:CPU forms the hoisted Jacobian's elimination in ~30 small
+        # kernels that each re-evaluate Jacobian entries).  Only where the iterations are a rolled
         # loop (CPU; unrolled, early_exit does not apply and all iterations would run), and
         # from dimension 6 (_SAVES_UNBATCHED_DIM; smaller groups, whose Jacobian is cheaper,
         # were not measured and keep Newton).
