@@ -146,22 +146,23 @@ the parameter-only part once (:func:`_diff_residuals`; written as one evaluation
 per residual it was 37 copies of the 6×6 inverse's derivative, 37 496 of the gradient's 46 434
 jaxpr equations, and under ``vmap`` each copy ran per example).  The per-step part is pruned of
 dead code before its residuals are chosen (:func:`_live_eqns`: the replayed Newton guess read
-the 36 entries of the inverse inertia, whose zero cotangents were carried every step).  And the
-reverse step solves by chord iterations (``LGVI._solve_legendre``: one Jacobian per step
-instead of one per Newton iteration; its roots are handed over as before).  Measured
-(``bench_gradient_cost.py --clock=cpu --se3-only``, float64, ``geomjax.jit``, shared 2-core CPU
-at load ~4.5, gradient time over forward time, compile time in brackets), before → after:
-batch 256, 100 steps: 4.89× (41 s) → 3.06× and 2.96× (8.4–8.5 s, two runs), plain reverse mode
-2.60–2.64× (6.5–8.5 s); batch 1, 5000 steps, the benchmark's harness run on the code before and
-after in turn, twice: 3.09× and 3.15× (28 s) → 3.07× and 3.12× (5.1–5.4 s), plain reverse mode
-1.89–1.94× (4.1–4.6 s); at batch 1 the run time is unchanged (the two benchmark runs gave
-3.5× and 3.7× there, on a machine whose load varied).  What is left: the
-reverse step is ~0.9× the forward step (measured alone at batch 256), and XLA:CPU re-evaluates
-shared producers inside the backward step's fused kernels (batch 256: 138 kernels holding
-16 500 operations, against 2 400 for the forward step without its Newton loop).  Tried and not
-adopted (same-run A/B): the packed carry (83 entries: 12.8× at batch 256), the residuals as
-scalar entries like the state (batch 256 2.95× → 2.87×, batch 1 3.28× → 4.22×: one kernel per
-entry), the state's cotangent as arrays at batch 1 (3.00× against 3.06×: noise).
+the 36 entries of the inverse inertia, whose zero cotangents were carried every step).  And
+under ``vmap`` the reverse step solves by chord iterations (``LGVI._solve_legendre``: one
+Jacobian per step instead of one per Newton iteration; its roots are handed over as before;
+``_reverse(..., batched=)`` tells it).  Measured (``bench_gradient_cost.py --clock=cpu
+--se3-only``, float64, ``geomjax.jit``, shared 2-core CPU at load ~4, gradient time over
+forward time, compile time in brackets), before → after: batch 1, 5000 steps: 3.08× and 3.06×
+(32 s, 28 s; two runs) → 3.01× (4.9 s), plain reverse mode 1.9× (4.3 s); batch 256, 100 steps:
+4.89× and 5.01× (41 s) → 3.03× (8.7 s), plain reverse mode 2.6× (7.5 s).  At batch 1 the run
+time is unchanged.  What is left: the reverse step is ~0.9× the forward step (measured alone
+at batch 256), and XLA:CPU re-evaluates shared producers inside the backward step's fused
+kernels (batch 256: 138 kernels holding 16 500 operations, against 2 400 for the forward step
+without its Newton loop).  Tried and not adopted (same-run A/B): the packed carry (83 entries:
+12.8× at batch 256), the residuals as scalar entries like the state (batch 256 2.95× → 2.87×,
+batch 1 3.28× → 4.22×: one kernel per entry), the state's cotangent as arrays at batch 1
+(3.00× against 3.06×: noise), the chord iterations at batch 1 (see ``LGVI._solve_legendre``),
+and software-pipelining the reverse step one iteration ahead so that the forward step reads a
+materialized state (the reverse and replayed steps alone at batch 1: 1.65 against 1.63 µs).
 
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
@@ -286,7 +287,7 @@ def _step_fn(static):
     return step
 
 
-def _reverse(static, params, x1, t1, dt, u, handover=False):
+def _reverse(static, params, x1, t1, dt, u, handover=False, batched=False):
     """``x_k = Φ_{−h}(x_{k+1}; u_k, t_{k+1})`` (symmetric method); with ``handover``,
     ``(x_k, solutions)``: the solutions of the forward step's implicit solves from ``x_k``
     (``method.forward_solutions`` of the reverse step's, or None where the method does not
@@ -296,7 +297,7 @@ def _reverse(static, params, x1, t1, dt, u, handover=False):
         return method.advance(system, x1, -dt, u, t1)[0]
     if type(method).forward_solutions is AbstractMethod.forward_solutions:
         return method.advance(system, x1, -dt, u, t1)[0], None
-    with record_solutions() as sols:
+    with record_solutions(batched) as sols:
         x0, _ = method.advance(system, x1, -dt, u, t1)
     return x0, method.forward_solutions(system, list(sols), x1)
 
@@ -794,7 +795,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     def reverse(x1, t1, u, d=dt, static_=static, params_=params):
         # (x_k, the forward step's solutions from the reverse step's or None)
         if handover:
-            return _reverse(static_, params_, x1, t1, d, u, handover=True)
+            return _reverse(static_, params_, x1, t1, d, u, handover=True, batched=batched)
         return _reverse(static_, params_, x1, t1, d, u), None
 
     def hoisted_vjp(x1, t1, ct_x, ct_t, u, static_, params_, gamma=None):

@@ -41,12 +41,13 @@ _TAPE = threading.local()
 
 
 @contextlib.contextmanager
-def record_solutions():
+def record_solutions(batched: bool = False):
     """Within the block, every :func:`newton_solve` that is traced appends its solution (the
-    final iterate, an array or pytree) to the yielded list."""
+    final iterate, an array or pytree) to the yielded list.  ``batched``: whether the traced
+    computation is vmapped (a layout hint for the methods: :func:`recording_solutions`)."""
     prev = getattr(_TAPE, "state", None)
     tape: list = []
-    _TAPE.state = ("record", tape)
+    _TAPE.state = ("record", tape, bool(batched))
     try:
         yield tape
     finally:
@@ -78,12 +79,15 @@ def _tape():
     return getattr(_TAPE, "state", None)
 
 
-def recording_solutions() -> bool:
+def recording_solutions(batched: bool | None = None) -> bool:
     """Whether :func:`newton_solve` calls traced now are recorded by :func:`record_solutions`
     (:class:`geomjax.ReversibleAdjoint`'s reverse step: a method may then choose the solver of
-    its reconstruction, e.g. the LGVI's chord iterations)."""
+    its reconstruction, e.g. the LGVI's chord iterations); with ``batched``, whether they are
+    recorded in a computation declared vmapped (``True``) or not (``False``)."""
     tape = _tape()
-    return tape is not None and tape[0] == "record"
+    if tape is None or tape[0] != "record":
+        return False
+    return batched is None or tape[2] == bool(batched)
 
 
 def replaying_solutions() -> bool:

@@ -164,9 +164,9 @@ def test_loop_invariant_part_is_evaluated_once(monkeypatch):
 @pytest.mark.long
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 def test_reverse_step_solves_by_chord_iterations_to_the_same_state(dtype, monkeypatch):
-    """The adjoint's reverse step (its roots recorded for the forward step) solves the discrete
-    Legendre transform by chord iterations (``LGVI._solve_legendre``), the forward step by
-    Newton.  The reverse step rebuilds the state the forward step started from, to round-off,
+    """The adjoint's reverse step in a batched backward pass (its roots recorded for the
+    forward step) solves the discrete Legendre transform by chord iterations
+    (``LGVI._solve_legendre``), at batch 1 and in the forward step by Newton.  The reverse step rebuilds the state the forward step started from, to round-off,
     at ``h|xi|`` from 0.006 to 0.27 (3 to 7 chord iterations).  Observed: float64 <= 2.3e-16,
     float32 <= 7e-8 (absolute, entries O(1); the same as with Newton in the reverse step);
     asserted 50 eps."""
@@ -196,12 +196,16 @@ def test_reverse_step_solves_by_chord_iterations_to_the_same_state(dtype, monkey
     def rebuild(mu0, dt):
         x = method.init(system, system.make_state(jnp.asarray(_G0, dtype), mu0))
         x1 = method.advance(system, x, dt)[0]
-        x0, _ = adjoint_module._reverse(static, params, x1, 0.0, dt, None, handover=True)
-        return x, x0
+        reverse = adjoint_module._reverse
+        x0, _ = reverse(static, params, x1, 0.0, dt, None, handover=True, batched=True)
+        x0_newton, _ = reverse(static, params, x1, 0.0, dt, None, handover=True)
+        return x, x0, x0_newton
 
     tol = 50 * float(jnp.finfo(dtype).eps)
     for dt, scale in ((0.01, 1.0), (0.05, 3.0), (0.1, 5.0)):
-        x, x0 = rebuild(scale * mu0, jnp.asarray(dt, dtype))
+        x, x0, x0_newton = rebuild(scale * mu0, jnp.asarray(dt, dtype))
         assert float(adjoint_module._max_abs_diff(x0, x)) <= tol
-    # traced once: the forward step by Newton, the recorded reverse step by chord iterations
-    assert seen == [False, True], seen
+        assert float(adjoint_module._max_abs_diff(x0_newton, x)) <= tol
+    # traced once: the forward step by Newton, the reverse step of a batched backward pass by
+    # chord iterations, that of an unbatched one by Newton
+    assert seen == [False, True, False], seen
