@@ -139,6 +139,31 @@ residuals much larger than the parameters), the backward step differentiates wit
 the parameters directly: same gradients, without the speed-up.  (``NonholonomicVI`` on the
 Chaplygin sleigh, batch 256: 4.1× the forward run split, 4.4× direct; plain reverse mode 3.4–3.7×.)
 
+The LGVI's generic group path (:class:`~geomjax.RigidBodySE3` with gravity and an offset centre
+of mass: a 6×6 inertia, the step scalarized, the Legendre root by a 6×6 Newton solve) keeps the
+JAX path above.  Three details made it cheaper.  The residual cotangents are pulled back through
+the parameter-only part once (:func:`_diff_residuals`; written as one evaluation of ``known``
+per residual it was 37 copies of the 6×6 inverse's derivative, 37 496 of the gradient's 46 434
+jaxpr equations, and under ``vmap`` each copy ran per example).  The per-step part is pruned of
+dead code before its residuals are chosen (:func:`_live_eqns`: the replayed Newton guess read
+the 36 entries of the inverse inertia, whose zero cotangents were carried every step).  And
+under ``vmap`` the reverse step solves by chord iterations (``LGVI._solve_legendre``: one
+Jacobian per step instead of one per Newton iteration; its roots are handed over as before;
+``_reverse(..., batched=)`` tells it).  Measured (``bench_gradient_cost.py --clock=cpu
+--se3-only``, float64, ``geomjax.jit``, shared 2-core CPU at load ~4, gradient time over
+forward time, compile time in brackets), before → after: batch 1, 5000 steps: 3.08× and 3.06×
+(32 s, 28 s; two runs) → 3.01× (4.9 s), plain reverse mode 1.9× (4.3 s); batch 256, 100 steps:
+4.89× and 5.01× (41 s) → 3.03× (8.7 s), plain reverse mode 2.6× (7.5 s).  At batch 1 the run
+time is unchanged.  What is left: the reverse step is ~0.9× the forward step (measured alone
+at batch 256), and XLA:CPU re-evaluates shared producers inside the backward step's fused
+kernels (batch 256: 138 kernels holding 16 500 operations, against 2 400 for the forward step
+without its Newton loop).  Tried and not adopted (same-run A/B): the packed carry (83 entries:
+12.8× at batch 256), the residuals as scalar entries like the state (batch 256 2.95× → 2.87×,
+batch 1 3.28× → 4.22×: one kernel per entry), the state's cotangent as arrays at batch 1
+(3.00× against 3.06×: noise), the chord iterations at batch 1 (see ``LGVI._solve_legendre``),
+and software-pipelining the reverse step one iteration ahead so that the forward step reads a
+materialized state (the reverse and replayed steps alone at batch 1: 1.65 against 1.63 µs).
+
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
 ``checkpoint=True``), feedback controls ``u(t, state)`` (the reverse step would be implicit).
@@ -262,7 +287,7 @@ def _step_fn(static):
     return step
 
 
-def _reverse(static, params, x1, t1, dt, u, handover=False):
+def _reverse(static, params, x1, t1, dt, u, handover=False, batched=False):
     """``x_k = Φ_{−h}(x_{k+1}; u_k, t_{k+1})`` (symmetric method); with ``handover``,
     ``(x_k, solutions)``: the solutions of the forward step's implicit solves from ``x_k``
     (``method.forward_solutions`` of the reverse step's, or None where the method does not
@@ -272,7 +297,7 @@ def _reverse(static, params, x1, t1, dt, u, handover=False):
         return method.advance(system, x1, -dt, u, t1)[0]
     if type(method).forward_solutions is AbstractMethod.forward_solutions:
         return method.advance(system, x1, -dt, u, t1)[0], None
-    with record_solutions() as sols:
+    with record_solutions(batched) as sols:
         x0, _ = method.advance(system, x1, -dt, u, t1)
     return x0, method.forward_solutions(system, list(sols), x1)
 
@@ -300,6 +325,16 @@ class _Invariant(eqx.Module):
     known: object  # callable: (params, dt) -> tuple of residuals
     unknown: object  # callable: (residuals, x, u, t) -> (x_next, t_next)
     diff: tuple = eqx.field(static=True)  # indices of the residuals to differentiate
+
+
+def _diff_residuals(inv, params, dt):
+    """The residuals of ``inv.known(params, dt)`` that are differentiated (``inv.diff``), from
+    one evaluation of ``known``.  (Written as ``tuple(inv.known(p, d)[i] for i in inv.diff)``
+    it was evaluated once per residual, and so was its VJP: the SE(3) LGVI's 37 residuals made
+    the final pull-back 37 copies of the 6×6 inverse's derivative, 37 496 of the backward
+    pass's ~47 000 jaxpr equations, most of its 26 s compile.)"""
+    known = inv.known(params, dt)
+    return tuple(known[i] for i in inv.diff)
 
 
 def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=True):
@@ -361,6 +396,7 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
                     dep.update(eqn.outvars)
             else:
                 u_eqns.append(eqn)
+        u_eqns = _live_eqns(u_eqns, jaxpr.outvars)
         # residuals: known values read by the per-step part (or returned by it)
         res, seen = [], set()
         for v in [*(w for e in u_eqns for w in e.invars), *jaxpr.outvars]:
@@ -416,6 +452,25 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
     except Exception:
         return None
     return _Invariant(known_fn, unknown_fn, diff)
+
+
+def _live_eqns(eqns, outvars):
+    """The equations of ``eqns`` whose results reach ``outvars`` (or that have effects): dead-
+    code elimination of the per-step part, so that a value it computes and drops is no residual.
+
+    Why: with the solutions handed over (``sols``) the step's Newton guess is dead code (the
+    replayed root replaces it), yet it was traced; on SE(3) the guess reads the 36 entries of
+    the inverse inertia, which became residuals whose (always zero) cotangents the backward
+    step carried and added, 36 arrays per step (batch 256 under ``vmap``: ``(256,)`` each)."""
+    from jax.extend import core as jc
+
+    live = {v for v in outvars if not isinstance(v, jc.Literal)}
+    kept = []
+    for eqn in reversed(eqns):
+        if eqn.effects or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if not isinstance(v, jc.Literal))
+    return kept[::-1]
 
 
 class _Scalars(eqx.Module):
@@ -740,7 +795,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     def reverse(x1, t1, u, d=dt, static_=static, params_=params):
         # (x_k, the forward step's solutions from the reverse step's or None)
         if handover:
-            return _reverse(static_, params_, x1, t1, d, u, handover=True)
+            return _reverse(static_, params_, x1, t1, d, u, handover=True, batched=batched)
         return _reverse(static_, params_, x1, t1, d, u), None
 
     def hoisted_vjp(x1, t1, ct_x, ct_t, u, static_, params_, gamma=None):
@@ -920,12 +975,12 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         _, vjp_p = jax.vjp(lambda p: m_params(eqx.combine(p, static)[0]), params)
         (ct_p,) = vjp_p(ct_r)
     elif stages is not None:  # pulled back to the base method's parameters, once
-        _, vjp_known = jax.vjp(lambda p: tuple(inv.known(p, dt)[i] for i in inv.diff), b_params)
+        _, vjp_known = jax.vjp(lambda p: _diff_residuals(inv, p, dt), b_params)
         (ct_b,) = vjp_known(ct_p)
         # the method's cotangent has the composition's structure (its arrays are the base's)
         ct_p = (ct_b[0], _with_base(params[1], ct_b[1]))
     elif inv is not None:  # the residual cotangents pulled back to the parameters, once
-        _, vjp_known = jax.vjp(lambda p, d: tuple(inv.known(p, d)[i] for i in inv.diff), params, dt)
+        _, vjp_known = jax.vjp(lambda p, d: _diff_residuals(inv, p, d), params, dt)
         ct_p, ct_dt_known = vjp_known(ct_p)
         if need_dt:
             ct_dt = ct_dt + ct_dt_known

@@ -53,7 +53,13 @@ from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
 from .base import AbstractMethod, StepStats, needs_reorthonormalization
-from .newton import dense_jac_solve, newton_solve, replaying_solutions
+from .newton import (
+    dense_jac_solve,
+    newton_solve,
+    recording_solutions,
+    replaying_solutions,
+    unroll_iterations,
+)
 
 __all__ = ["LGVI"]
 
@@ -428,12 +434,38 @@ class LGVI(AbstractMethod):
         residual = _GroupResidual(system.group, self.retraction)
         # column JVPs: 2.4x faster than jax.jacfwd per unbatched SE(3) step (dense_jac_solve)
         jac_solve = dense_jac_solve(residual, columns=True)
+        # ReversibleAdjoint's reverse step under vmap (its roots are recorded and handed to
+        # the forward step): chord iterations until the update is at round-off (newton_solve's
+        # early_exit with chord), the Jacobian formed once, at the predictor.  From the
+        # predictor's error e0 ~ (h|xi|)² the error after k chord iterations is ~ e0^(k+1)
+        # (Newton: e0^(2^k)), but an iteration is a residual and an elimination against the
+        # loop-invariant Jacobian, not a Jacobian by 6 JVPs and its elimination.  SE(3) with
+        # gravity, update sizes of the reverse solve: h|xi| = 0.006: 3 chord iterations (1.6e-5,
+        # 1.3e-13, 1.7e-16; Newton 2); 0.08: 4; 0.27: 7 (Newton 3).  At most 2 newton_iters + 2,
+        # which reach Newton's order e0^(2^newton_iters) from the same guess.  The reconstructed
+        # state equals Newton's to round-off.  Measured (2-core CPU, shared, float64, gradient
+        # time over the forward run, bench_gradient_cost.py --se3-only): batch 256, 100 steps,
+        # Newton -> chord 3.13x -> 2.92x (one run), 3.33x -> 2.96-3.06x (benchmark runs).  Not
+        # at batch 1: there XLA:CPU forms the hoisted Jacobian's elimination in ~30 small
+        # kernels that each re-evaluate Jacobian entries, and the result depends on incidental
+        # details of the program (5000 steps, the same code: 3.0-3.1x in one process, 3.5-3.8x
+        # with the loss defined in the script's __main__; Newton 3.0x in both).  Only where the
+        # iterations are a rolled loop (CPU; unrolled, early_exit does not apply and all
+        # iterations would run), and from dimension 6 (_SAVES_UNBATCHED_DIM; smaller groups,
+        # whose Jacobian is cheaper, were not measured and keep Newton).
+        chord = (
+            self.early_exit
+            and recording_solutions(batched=True)
+            and not unroll_iterations()
+            and system.group.dim >= _SAVES_UNBATCHED_DIM
+        )
         xi, r = newton_solve(
             residual,
             xi0,
             (I, b, h),
-            iters=self.newton_iters,
+            iters=2 * self.newton_iters + 2 if chord else self.newton_iters,
             jac_solve=jac_solve,
+            chord=chord,
             scalarize=self.scalarize,
             early_exit=self.early_exit,
             name=_ROOT,

@@ -41,12 +41,13 @@ _TAPE = threading.local()
 
 
 @contextlib.contextmanager
-def record_solutions():
+def record_solutions(batched: bool = False):
     """Within the block, every :func:`newton_solve` that is traced appends its solution (the
-    final iterate, an array or pytree) to the yielded list."""
+    final iterate, an array or pytree) to the yielded list.  ``batched``: whether the traced
+    computation is vmapped (a layout hint for the methods: :func:`recording_solutions`)."""
     prev = getattr(_TAPE, "state", None)
     tape: list = []
-    _TAPE.state = ("record", tape)
+    _TAPE.state = ("record", tape, bool(batched))
     try:
         yield tape
     finally:
@@ -76,6 +77,17 @@ def replay_solutions(solutions):
 
 def _tape():
     return getattr(_TAPE, "state", None)
+
+
+def recording_solutions(batched: bool | None = None) -> bool:
+    """Whether :func:`newton_solve` calls traced now are recorded by :func:`record_solutions`
+    (:class:`geomjax.ReversibleAdjoint`'s reverse step: a method may then choose the solver of
+    its reconstruction, e.g. the LGVI's chord iterations); with ``batched``, whether they are
+    recorded in a computation declared vmapped (``True``) or not (``False``)."""
+    tape = _tape()
+    if tape is None or tape[0] != "record":
+        return False
+    return batched is None or tape[2] == bool(batched)
 
 
 def replaying_solutions() -> bool:
@@ -147,6 +159,12 @@ def _unroll_scalar_iterations(x) -> bool:
     return not small_loops_traced() and jnp.ndim(x) == 0 and not _batch_traced(x)
 
 
+def unroll_iterations() -> bool:
+    """Whether :func:`newton_solve`'s fixed iterations are unrolled here (accelerators, or
+    ``GEOMJAX_NEWTON_UNROLL=1``), where ``early_exit`` does not apply."""
+    return _unroll_iterations()
+
+
 def _batch_traced(x) -> bool:
     """Whether ``x`` is (derived from) a value batched by ``jax.vmap`` at this trace."""
     try:
@@ -180,7 +198,7 @@ def _any_member_vmap(axis_size, in_batched, flag):
     return jnp.any(flag), False
 
 
-def _newton_until_converged(x0, args, residual, jac_solve, iters):
+def _newton_until_converged(x0, args, residual, jac_solve, iters, chord=False):
     """At most ``iters`` Newton iterations, stopping after the first whose relative update
     ``rel = |dx|_∞ / |x|_∞`` has ``rel² ≤ 0.01 eps``: with quadratic convergence the next update
     would be ``~ rel² |x|``, below round-off, so the iteration it saves changes nothing but the
@@ -198,7 +216,8 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters):
     # one sign (quadratic convergence from the same side), so over a run it adds up linearly:
     # float32 LGVI, free body, dt 0.01, 1e5 steps, energy drift 4.4e-6 with rel² ≤ 0.01 eps
     # (~1e-9 a step) and none with this test; in float64 the same sum stays ~1e-13 over 1e5.
-    threshold = 0.01 * eps if finfo.bits > 32 else 16.0 * eps * eps
+    # chord (linear convergence, the next update ~ rate · rel): rel ≤ 4 eps in every dtype
+    threshold = 0.01 * eps if finfo.bits > 32 and not chord else 16.0 * eps * eps
 
     def cond(carry):
         # the test reads the two iterates the loop carries: computed in the body from the
@@ -211,7 +230,8 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters):
 
     def body(carry):
         i, _, x = carry
-        return i + 1, x, _tree_sub(x, jac_solve(x, args, residual(x, args)))
+        # chord: the Jacobian at the guess, loop-invariant (XLA hoists it out of the loop)
+        return i + 1, x, _tree_sub(x, jac_solve(x0 if chord else x, args, residual(x, args)))
 
     _, _, x = jax.lax.while_loop(cond, body, (0, x0, x0))
     return x
@@ -219,8 +239,8 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters):
 
 @eqx.filter_custom_jvp
 def _newton(x0, args, *, residual, jac_solve, iters, chord=False, early_exit=False, name=None):
-    if early_exit and iters > 1 and not chord and not _unroll_iterations():
-        x = _newton_until_converged(x0, args, residual, jac_solve, iters)
+    if early_exit and iters > 1 and not _unroll_iterations():
+        x = _newton_until_converged(x0, args, residual, jac_solve, iters, chord)
         return x, residual(x, args)
 
     def body(_, x):
@@ -312,8 +332,10 @@ def newton_solve(
             float32 and below ``rel ≤ 4 eps``, since the error left has one sign and a long run
             adds it up).  The same result to round-off and the same derivatives (implicit function theorem);
             the final residual is still returned.  Only where the iterations are a rolled loop
-            (CPU; the unrolled accelerator form keeps ``iters``) and without ``chord`` (linear
-            convergence).  Under ``jax.vmap`` the loop runs until every member has stopped
+            (CPU; the unrolled accelerator form keeps ``iters``).  With ``chord`` (linear
+            convergence: the next update is the rate times this one, not its square) the test
+            is ``rel ≤ 4 eps`` in every dtype: the iterations run until the update is at
+            round-off.  Under ``jax.vmap`` the loop runs until every member has stopped
             (the members that stopped earlier iterate on: a round-off change of their roots).
 
         name: under differentiation, tag the root with ``jax.ad_checkpoint.checkpoint_name``

@@ -225,7 +225,7 @@ def _solve(residual, x0, args, iters, A_of, k, jacobian, chord=False, scalar=Tru
         jac_solve=js,
         chord=chord,
         scalarize=scalar,
-        early_exit=exit,
+        early_exit=exit and not chord,  # (early_exit with chord: newton_solve's linear test)
     )
 
 

@@ -1,5 +1,5 @@
 """``newton_solve(..., early_exit=True)``: at most ``iters`` Newton iterations, stopping once the
-relative update is below ``sqrt(eps)/10``.  Checked: the number of residual evaluations on a
+relative update is below ``sqrt(eps)/10`` (with ``chord``, linear convergence: below ``4 eps``).  Checked: the number of residual evaluations on a
 closed-form root (quadratic convergence stops early; linear convergence never does and gives the
 fixed-iteration result bit for bit), the root and its implicit-function-theorem derivative
 against the closed form, a batch whose members would stop at different iterations against the
@@ -72,6 +72,48 @@ def test_linear_convergence_never_stops_early():
     xf, _ = jax.jit(lambda a: _solve(a, x0, 30, False))(jnp.array([0.0]))
     np.testing.assert_array_equal(x, xf)
     np.testing.assert_array_equal(x, 0.75 / 2.0**30)
+
+
+def _chord(a, x0, iters, early_exit, residual=_square):
+    return newton_solve(
+        residual, x0, a, iters=iters, jac_solve=_JS, chord=True, early_exit=early_exit
+    )
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_chord_iterations_stop_once_the_update_is_at_round_off(dtype):
+    """With ``chord`` (the Jacobian at the guess for every iteration: linear convergence, rate
+    ``|e0| / x*``) the early exit waits for an update at round-off (``rel <= 4 eps``), then
+    stops: from ``x0 = 1.4`` to ``sqrt(2)`` (rate 0.01) the updates are 1.4e-2, 1.4e-4, 1.4e-6,
+    ... : about 8 iterations in float64, 4 in float32, far fewer than the cap of 40, and the
+    root is the closed form to round-off (the fixed 40 iterations give the same)."""
+    eps = float(jnp.finfo(dtype).eps)
+    a, x0 = jnp.array([2.0], dtype), jnp.array([1.4], dtype)
+    calls = []
+    x, _ = jax.jit(lambda a: _chord(a, x0, 40, True, _counting_square(calls)))(a)
+    jax.block_until_ready(x)
+    expected = 8 if dtype == jnp.float64 else 4
+    assert expected - 1 <= len(calls) - 1 <= expected + 2, len(calls)
+    np.testing.assert_allclose(x, np.sqrt(2.0), rtol=4 * eps)
+    xf, _ = jax.jit(lambda a: _chord(a, x0, 40, False))(a)
+    np.testing.assert_allclose(x, xf, rtol=4 * eps)
+
+
+def _chord_root(a):
+    return _chord(jnp.array([a]), jnp.array([1.2]), 60, True)[0][0]
+
+
+_chord_root_and_derivative = jax.jit(jax.value_and_grad(_chord_root))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.floats(0.5, 3.0))
+def test_chord_root_and_derivative_against_the_closed_form(a0):
+    # (rate up to 0.44 from x0 = 1.2: up to ~45 of the 60 iterations) the derivative is the
+    # implicit-function-theorem one at the root, as with Newton
+    x, dx = _chord_root_and_derivative(a0)
+    np.testing.assert_allclose(x, np.sqrt(a0), rtol=4e-16)
+    np.testing.assert_allclose(dx, 0.5 / np.sqrt(a0), rtol=1e-14)
 
 
 @settings(max_examples=10)
