@@ -65,3 +65,17 @@ def se3_body():
     )
     g0 = gj.SE3.exp(jnp.array([0.1, 0.2, -0.3, 0.5, 0.1, 0.0]))
     return body, body.make_state(g0, jnp.array([0.3, -0.5, 1.0, 0.2, 0.1, -0.4]))
+
+
+def central_difference(f, x, seed=0, eps=1e-6):
+    """``(v, d)``: a random direction ``v`` of the pytree ``x`` (normal entries, seeded) and the
+    central difference ``d = (f(x + eps v) − f(x − eps v)) / (2 eps)`` of the scalar ``f``
+    (jitted) along it: checks a gradient ``g`` by ``<g, v> ≈ d``."""
+    leaves, tree = jax.tree.flatten(x)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    v = jax.tree.unflatten(
+        tree, [jax.random.normal(k, jnp.shape(a), jnp.result_type(a)) for k, a in zip(keys, leaves)]
+    )
+    f = jax.jit(f)
+    shift = lambda t: jax.tree.map(lambda a, d: a + t * d, x, v)  # noqa: E731
+    return v, float((f(shift(eps)) - f(shift(-eps))) / (2 * eps))

@@ -13,6 +13,8 @@ import geomjax as gj
 from geomjax.integrators import reconstruction_error
 from geomjax.systems import ChaplyginSleigh, HeavyTop
 
+from .helpers import central_difference
+
 R0 = gj.SO3.exp(jnp.array([0.3, -0.2, 0.5]))
 PI0 = jnp.array([0.8, -0.3, 1.1])
 RB = gj.RigidBody(jnp.array([1.0, 2.0, 3.0]))
@@ -62,14 +64,7 @@ def _assert_matches_central_differences(f, x, grad, seed=0, eps=1e-6, rtol=1e-6)
     direction ``v`` of the pytree ``x``.  For the O(1)-smooth losses here the difference is
     accurate to ~eps² (truncation, 1e-12) + 1e-16·|f|/eps (round-off, ~1e-9 relative): rtol
     1e-6 is far above both and far below the size of any gradient error it should catch."""
-    leaves, tree = jax.tree.flatten(x)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    v = jax.tree.unflatten(
-        tree, [jax.random.normal(k, jnp.shape(a), jnp.result_type(a)) for k, a in zip(keys, leaves)]
-    )
-    f = jax.jit(f)
-    shift = lambda t: jax.tree.map(lambda a, d: a + t * d, x, v)  # noqa: E731
-    fd = float((f(shift(eps)) - f(shift(-eps))) / (2 * eps))
+    v, fd = central_difference(f, x, seed, eps)
     dot = float(sum(jnp.vdot(g, d) for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(v))))
     assert abs(dot - fd) <= rtol * max(1.0, abs(fd)), (dot, fd)
 

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 import geomjax as gj
 from geomjax.integrators import adjoint as adjoint_module
 
+from .helpers import central_difference
+
 _STEPS = 15
 _G0 = np.asarray(gj.SE3.exp(jnp.array([0.1, 0.2, -0.3, 0.5, 0.1, 0.0])))
 _W_G = np.arange(16.0).reshape(4, 4) / 16.0
@@ -63,18 +65,6 @@ def _assert_close(g, ref, tol):
         assert _rel(a, b) < tol, (a, b)
 
 
-def _central_difference(f, x, seed=0, eps=1e-6):
-    """``(direction v, central difference of f along v)`` for a random ``v`` of the pytree ``x``."""
-    leaves, tree = jax.tree.flatten(x)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    v = jax.tree.unflatten(
-        tree, [jax.random.normal(k, jnp.shape(a), jnp.result_type(a)) for k, a in zip(keys, leaves)]
-    )
-    f = jax.jit(f)
-    shift = lambda t: jax.tree.map(lambda a, d: a + t * d, x, v)  # noqa: E731
-    return v, float((f(shift(eps)) - f(shift(-eps))) / (2 * eps))
-
-
 @pytest.mark.long
 def test_se3_gradients_equal_plain_reverse_mode_and_central_differences():
     """float64, batch 1: every input (momenta, principal moments, centre of mass, dt) against
@@ -84,7 +74,7 @@ def test_se3_gradients_equal_plain_reverse_mode_and_central_differences():
     x = _inputs(0)
     g_rev, g_plain = _both_gradients_jit(x)
     _assert_close(g_rev, g_plain, 1e-10)
-    v, fd = _central_difference(lambda x: _loss(None)(*x), x)
+    v, fd = central_difference(lambda x: _loss(None)(*x), x)
     dot = float(sum(jnp.vdot(g, d) for g, d in zip(jax.tree.leaves(g_rev), jax.tree.leaves(v))))
     assert abs(dot - fd) <= 1e-6 * max(1.0, abs(fd)), (dot, fd)
 
