@@ -82,3 +82,83 @@ def test_cycle_detection_finds_a_planted_cycle():
     graph = import_graph()
     graph["geomjax.lie.so3"] = graph["geomjax.lie.so3"] | {"geomjax.integrators.lgvi"}
     assert any("geomjax.lie.so3" in c for c in cycles(graph))
+
+
+# --- one vocabulary: tracing, and JAX's internals kept in ``_internal`` ----------------------------
+INTERNAL = PACKAGE / "_internal"
+TRACING = INTERNAL / "tracing.py"
+#: names of tracing predicates: defined once, in ``geomjax/_internal/tracing.py``
+TRACING_PREDICATES = {"is_traced", "_is_traced", "any_traced", "_traced", "_has_tracer"}
+
+
+def sources(exclude: Path | None = None) -> dict[str, ast.Module]:
+    """The package's modules (relative path -> syntax tree), those under ``exclude`` left out."""
+    return {
+        str(p.relative_to(ROOT)): ast.parse(p.read_text())
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if exclude is None or not p.is_relative_to(exclude)
+    }
+
+
+def jax_internals_uses(tree: ast.Module) -> list[int]:
+    """Lines importing or naming ``jax._src`` (``import jax._src...``, ``from jax._src...``,
+    ``jax._src.x`` as an attribute)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            hit = (node.module or "").split(".")[:2] == ["jax", "_src"]
+        elif isinstance(node, ast.Import):
+            hit = any(a.name.split(".")[:2] == ["jax", "_src"] for a in node.names)
+        elif isinstance(node, ast.Attribute):
+            hit = (
+                node.attr == "_src" and isinstance(node.value, ast.Name) and node.value.id == "jax"
+            )
+        else:
+            hit = False
+        if hit:
+            lines.append(node.lineno)
+    return lines
+
+
+def tracing_definitions(tree: ast.Module) -> list[int]:
+    """Lines defining a tracing predicate or naming ``jax.core.Tracer`` (a predicate of one's own)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            hit = getattr(node, "name", None) in TRACING_PREDICATES
+        elif isinstance(node, ast.Attribute) and node.attr == "Tracer":
+            hit = isinstance(node.value, ast.Attribute) and node.value.attr == "core"
+        elif isinstance(node, ast.ImportFrom):
+            hit = (node.module or "").endswith("core") and any(
+                a.name == "Tracer" for a in node.names
+            )
+        else:
+            hit = False
+        if hit:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_jax_internals_only_in_internal():
+    found = {
+        f: ls for f, tree in sources(exclude=INTERNAL).items() if (ls := jax_internals_uses(tree))
+    }
+    assert found == {}
+    assert jax_internals_uses(ast.parse(TRACING.read_text()))  # the rule sees a real use
+
+
+def test_one_tracing_predicate():
+    found = {f: ls for f, tree in sources().items() if (ls := tracing_definitions(tree))}
+    assert set(found) == {str(TRACING.relative_to(ROOT))}
+
+
+def test_layout_rules_find_planted_violations():
+    planted = ast.parse(
+        "import jax\n"
+        "from jax._src.interpreters import batching\n"
+        "def _is_traced(x):\n"
+        "    return isinstance(x, jax.core.Tracer)\n"
+        "y = jax._src.core\n"
+    )
+    assert jax_internals_uses(planted) == [2, 5]
+    assert tracing_definitions(planted) == [3, 4]

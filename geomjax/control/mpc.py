@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import top_level_options
+from .._internal.tracing import any_traced, is_traced
 from .._internal.warn import renamed
 from .._internal.xla_flags import (
     no_library_fusion_options,
@@ -244,10 +245,6 @@ def _checked(where, problem, controller):
 
 
 # --- the closed loop --------------------------------------------------------------------------------
-def _has_tracer(tree) -> bool:
-    return any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(tree))
-
-
 # argument signatures whose traced checks passed (a check traces a plant step: ~60 ms of an eager
 # run_mpc of 100 control steps that itself runs for ~7 ms); the objects are kept with their key,
 # so that a key made of identities is never reused by another object
@@ -260,7 +257,7 @@ def _checked_once(kind, tree, check):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     parts = []
     for a in leaves:
-        if isinstance(a, jax.core.Tracer):
+        if is_traced(a):
             return check()
         if isinstance(a, jax.Array | np.ndarray | np.generic | float | int | bool):
             parts.append((np.shape(a), str(jnp.result_type(a))))
@@ -546,7 +543,7 @@ def _signature(tree):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     spec = []
     for a in leaves:
-        if isinstance(a, jax.core.Tracer) or not isinstance(a, jax.Array | np.ndarray):
+        if is_traced(a) or not isinstance(a, jax.Array | np.ndarray):
             return None
         spec.append((a.shape, a.dtype, bool(getattr(a, "weak_type", False))))
     return treedef, tuple(spec)
@@ -636,7 +633,7 @@ class OnlineMPC(eqx.Module):
             )
         steps = self._steps
         if not steps.prepared_for(self.problem, self.controller):
-            if _has_tracer((self.problem, self.controller)):  # OnlineMPC traced (under jit)
+            if any_traced((self.problem, self.controller)):  # OnlineMPC traced (under jit)
                 if _structure(state) != _structure(self.problem.state0):
                     raise ValueError(
                         "OnlineMPC.step: argument 'state' must have the structure, shapes and "
@@ -650,7 +647,7 @@ class OnlineMPC(eqx.Module):
                 "OnlineMPC.step: argument 'state' must have the structure, shapes and dtypes of "
                 f"the problem's state0 {steps.expected}, got {_structure(state)}"
             )
-        if isinstance(t, jax.core.Tracer):
+        if is_traced(t):
             return self._step_traced(plan, state, t)
         # an array, not a Python float: a new time must not be a new program
         t = np.asarray(t, self.problem.dtype)

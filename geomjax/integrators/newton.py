@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from .._internal.scalarize import Scalarized, ScalarTuples
+from .._internal.tracing import vmap_batched
 from .._linalg import forward_jacobian, small_solve
 
 __all__ = ["dense_jac_solve", "newton_solve", "record_solutions", "replay_solutions"]
@@ -156,26 +157,13 @@ def _unroll_scalar_iterations(x) -> bool:
         return _unroll_iterations()
     from .._internal.xla_flags import small_loops_traced
 
-    return not small_loops_traced() and jnp.ndim(x) == 0 and not _batch_traced(x)
+    return not small_loops_traced() and jnp.ndim(x) == 0 and not vmap_batched(x, if_unknown=True)
 
 
 def unroll_iterations() -> bool:
     """Whether :func:`newton_solve`'s fixed iterations are unrolled here (accelerators, or
     ``GEOMJAX_NEWTON_UNROLL=1``), where ``early_exit`` does not apply."""
     return _unroll_iterations()
-
-
-def _batch_traced(x) -> bool:
-    """Whether ``x`` is (derived from) a value batched by ``jax.vmap`` at this trace."""
-    try:
-        from jax._src.interpreters.batching import BatchTracer
-    except ImportError:  # pragma: no cover - jax internals moved: treat as batched (rolled)
-        return True
-    while isinstance(x, jax.core.Tracer):
-        if isinstance(x, BatchTracer):
-            return True
-        x = getattr(x, "primal", None)  # through forward-mode tracers
-    return False
 
 
 def _max_abs_leaves(tree):

@@ -141,7 +141,14 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg)
         out = dict(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu_k, ok=ok)
         return (Vx1, Vxx1), out
 
-    inputs = (lin, gaps_next, us, k_prev, _index(xs, slice(None, -1)), _index(xs, slice(1, None)))
+    inputs = (
+        lin,
+        gaps_next,
+        us,
+        k_prev,
+        _index(xs, slice(None, -1)),
+        _index(xs, slice(1, None)),
+    )
     (_, _), out = jax.lax.scan(body, (Vx_N, Vxx_N), (*inputs, problem.times), reverse=True)
     ok = jnp.all(out["ok"]) & jnp.all(jnp.isfinite(out["Vxx"])) & jnp.all(jnp.isfinite(out["k"]))
     return out, ok

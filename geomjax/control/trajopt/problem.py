@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.tracing import is_traced
 from ...integrators.base import AbstractMethod
 from ...systems.base import prepare_systems
 from .chart import AbstractStateChart, default_chart
@@ -154,7 +155,7 @@ class OptimalControlProblem(eqx.Module):
         self.dt = jnp.asarray(dt, dtype)
         if self.dt.shape != ():
             raise ValueError(f"{where}: argument 'dt' must be a scalar, got shape {self.dt.shape}")
-        if not isinstance(self.dt, jax.core.Tracer) and not float(self.dt) > 0:
+        if not is_traced(self.dt) and not float(self.dt) > 0:
             raise ValueError(f"{where}: argument 'dt' must be positive, got {float(self.dt)}")
         self.steps, self.control_dim = int(steps), int(control_dim)
         m = self.control_dim
@@ -166,7 +167,7 @@ class OptimalControlProblem(eqx.Module):
                 raise ValueError(
                     f"{where}: argument '{name}' must have shape ({m},) (control_dim), got {b.shape}"
                 )
-        if not isinstance(lo, jax.core.Tracer) and not isinstance(hi, jax.core.Tracer):
+        if not is_traced(lo) and not is_traced(hi):
             bad = np.asarray(lo) > np.asarray(hi)
             if bad.any():
                 i = int(np.argmax(bad))

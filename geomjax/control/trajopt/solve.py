@@ -12,6 +12,7 @@ import numpy as np
 
 from ..._internal import compile_cache
 from ..._internal.eager import LEGACY_EMITTERS, top_level_options
+from ..._internal.tracing import any_traced, is_traced
 from ..._internal.warn import renamed
 from .loop import _Monitor, iterate
 from .problem import OptimalControlProblem
@@ -149,10 +150,7 @@ def solve_ocp(
     solver = jax.tree_util.tree_map(
         lambda v: jnp.asarray(v, problem.dtype) if isinstance(v, float) else v, solver
     )
-    eager = not any(
-        isinstance(leaf, jax.core.Tracer)
-        for leaf in jax.tree_util.tree_leaves((problem, solver, us, xs))
-    )
+    eager = not any_traced(problem, solver, us, xs)
     if not eager:
         sol = solve(problem, solver, us, xs, int(max_iters))
     else:
@@ -183,7 +181,7 @@ def solve_ocp(
         history = dict(sol.history, time=jnp.asarray(t, problem.dtype))
         sol = eqx.tree_at(lambda s_: s_.history, sol, history)
     r = sol.status
-    if not isinstance(r, jax.core.Tracer) and np.asarray(r).shape == () and int(r) == NONFINITE:
+    if not is_traced(r) and np.asarray(r).shape == () and int(r) == NONFINITE:
         raise ValueError(
             "solve_ocp: the cost (argument 'stage_cost' or 'terminal_cost' of the problem) or the "
             "dynamics returned NaN or inf at the initial guess (arguments 'controls'/'states')"
