@@ -162,3 +162,65 @@ def test_layout_rules_find_planted_violations():
     )
     assert jax_internals_uses(planted) == [2, 5]
     assert tracing_definitions(planted) == [3, 4]
+
+
+# --- private names stay in their module ------------------------------------------------------------
+#: at most this many imports of a private name across modules (a helper used by several modules is
+#: public within the package: no leading underscore, not necessarily in ``__all__``)
+MAX_PRIVATE_IMPORTS = 10
+
+
+def private_imports(name: str, path: Path, tree: ast.Module) -> list[tuple[str, str]]:
+    """``(module, name)`` of each private name (one leading underscore, not a dunder) that
+    module ``name`` imports from another geomjax module: ``from .x import _y``,
+    ``from ..a.b import _c``, ``from . import _private_module`` (anywhere in its source)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(parts + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.split(".")[0] != "geomjax" or target == name:
+            continue
+        found += [
+            (target, a.name)
+            for a in node.names
+            if a.name.startswith("_") and not a.name.startswith("__")
+        ]
+    return found
+
+
+def all_private_imports() -> list[tuple[str, str, str]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        out += [(name, *imp) for imp in private_imports(name, path, ast.parse(path.read_text()))]
+    return out
+
+
+def test_few_private_names_cross_modules():
+    found = all_private_imports()
+    assert ("geomjax.integrators.lgvi", "geomjax.integrators", "_so3_soa") in found  # sees them
+    assert len(found) <= MAX_PRIVATE_IMPORTS, "\n".join(map(str, found))
+
+
+def test_private_import_count_sees_each_form():
+    planted = ast.parse(
+        "from .so3 import SO3, _hat3\n"
+        "from ..integrators.newton import _any_member as any_member\n"
+        "from . import _checks, __version__\n"
+        "from jax._src import core\n"
+        "def f():\n"
+        "    from geomjax.lie.so3 import _vee3\n"
+    )
+    found = private_imports("geomjax.lie.se3", PACKAGE / "lie" / "se3.py", planted)
+    assert found == [
+        ("geomjax.lie.so3", "_hat3"),
+        ("geomjax.integrators.newton", "_any_member"),
+        ("geomjax.lie", "_checks"),
+        ("geomjax.lie.so3", "_vee3"),
+    ]

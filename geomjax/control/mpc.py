@@ -44,7 +44,7 @@ from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
 from .status import SUCCESSFUL
 from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
-from .trajopt.problem import _WrappedMethod
+from .trajopt.problem import WrappedMethod
 
 __all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]
 
@@ -156,7 +156,7 @@ class _TimeShifted(eqx.Module):
         return self.fn(t + self.t0, *rest)
 
 
-class _TimeShiftedMethod(_WrappedMethod):
+class _TimeShiftedMethod(WrappedMethod):
     """``method`` stepping from absolute time ``t + t0`` (time-dependent forces)."""
 
     method: AbstractMethod

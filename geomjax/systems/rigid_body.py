@@ -18,7 +18,7 @@ from .._internal.tracing import is_traced
 from .._internal.warn import warn
 from .._linalg import spd_inverse
 from ..lie import SE3, SO3, LieGroup
-from ..lie.so3 import _hat3
+from ..lie.so3 import hat3
 from .base import AbstractLieGroupSystem, LieGroupState, check_finite, check_potential, check_spd
 
 __all__ = [
@@ -216,7 +216,7 @@ def newton_euler_inertia(mass, inertia_com, com=None):
     m = jnp.asarray(mass, dtype=jnp.result_type(float))
     Ic = _inertia3(inertia_com, "newton_euler_inertia")
     c = jnp.zeros(3, Ic.dtype) if com is None else jnp.asarray(com, Ic.dtype)
-    C = _hat3(c)
+    C = hat3(c)
     top = jnp.concatenate([Ic + m * (jnp.dot(c, c) * jnp.eye(3) - jnp.outer(c, c)), m * C], 1)
     bottom = jnp.concatenate([m * C.T, m * jnp.eye(3)], 1)
     return jnp.concatenate([top, bottom], 0)

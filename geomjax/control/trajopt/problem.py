@@ -19,7 +19,7 @@ from .chart import AbstractStateChart, default_chart
 __all__ = ["Actuated", "OptimalControlProblem", "ResidualCost"]
 
 
-class _WrappedMethod(AbstractMethod):
+class WrappedMethod(AbstractMethod):
     """A method that changes how another one, ``method``, is called (its control, its time):
     order and supported systems are ``method``'s."""
 
@@ -36,7 +36,7 @@ class _WrappedMethod(AbstractMethod):
         return self.method.control_shape(system)
 
 
-class Actuated(_WrappedMethod):
+class Actuated(WrappedMethod):
     """``method`` driven through a constant actuation matrix: the body force of a step is
     ``B u`` for the actuator command ``u`` ``(m,)`` (e.g. four rotor thrusts → a body wrench
     ``(torque, force)`` of a quadrotor).  Any geomjax method; ``B`` ``(dim, m)`` is an array
@@ -279,14 +279,14 @@ class OptimalControlProblem(eqx.Module):
         xN = jax.tree_util.tree_map(lambda a: a[-1], xs)
         v = jnp.maximum(jnp.max(us - self.upper), jnp.max(self.lower - us))
         v = jnp.maximum(v, 0.0)
-        cE, cI, tE, tI = _constraints(self, self.times, x_run, us, xN)
+        cE, cI, tE, tI = constraint_values(self, self.times, x_run, us, xN)
         for c, eq in ((cE, True), (cI, False), (tE, True), (tI, False)):
             if c.size:
                 v = jnp.maximum(v, jnp.max(jnp.abs(c) if eq else jnp.maximum(c, 0.0)))
         return v
 
 
-def _constraints(problem, ts, x_run, us, xN):
+def constraint_values(problem, ts, x_run, us, xN):
     """Path constraints ``(steps, p)``, ``(steps, q)`` and terminal ``(r,)``, ``(s,)``."""
     p, q, r, s = problem.sizes
     dt = problem.dtype
@@ -298,7 +298,7 @@ def _constraints(problem, ts, x_run, us, xN):
     return cE, cI, tE, tI
 
 
-class _Duals(eqx.Module):
+class Duals(eqx.Module):
     """Multipliers and penalty of the augmented Lagrangian (empty arrays without constraints)."""
 
     path_eq: jax.Array  # (steps, p)
@@ -308,10 +308,10 @@ class _Duals(eqx.Module):
     penalty: jax.Array  # scalar
 
 
-def _zero_duals(problem, penalty=1.0):
+def zero_duals(problem, penalty=1.0):
     p, q, r, s = problem.sizes
     dt, N = problem.dtype, problem.steps
-    return _Duals(
+    return Duals(
         jnp.zeros((N, p), dt),
         jnp.zeros((N, q), dt),
         jnp.zeros((r,), dt),
@@ -331,7 +331,7 @@ def _al_ineq(c, lam, rho):
     return (jnp.dot(z, z) - jnp.dot(lam, lam)) / (2 * rho)
 
 
-def _node_cost(problem, t, x, u, lam_e, lam_i, rho):
+def node_cost(problem, t, x, u, lam_e, lam_i, rho):
     """``dt · l + `` the path constraints' augmented-Lagrangian terms (node ``k < N``)."""
     c = problem.dt * problem.stage_cost(t, x, u)
     p, q, _, _ = problem.sizes
@@ -342,7 +342,7 @@ def _node_cost(problem, t, x, u, lam_e, lam_i, rho):
     return c
 
 
-def _terminal_cost(problem, x, lam_e, lam_i, rho):
+def terminal_node_cost(problem, x, lam_e, lam_i, rho):
     c = jnp.zeros((), problem.dtype) if problem.terminal_cost is None else problem.terminal_cost(x)
     _, _, r, s = problem.sizes
     if r:
@@ -352,14 +352,16 @@ def _terminal_cost(problem, x, lam_e, lam_i, rho):
     return c
 
 
-def _total_cost(problem, xs, us, duals):
+def total_cost(problem, xs, us, duals):
     x_run = jax.tree_util.tree_map(lambda a: a[:-1], xs)
     xN = jax.tree_util.tree_map(lambda a: a[-1], xs)
-    run = jax.vmap(lambda t, x, u, le, li: _node_cost(problem, t, x, u, le, li, duals.penalty))(
+    run = jax.vmap(lambda t, x, u, le, li: node_cost(problem, t, x, u, le, li, duals.penalty))(
         problem.times, x_run, us, duals.path_eq, duals.path_ineq
     )
-    return jnp.sum(run) + _terminal_cost(problem, xN, duals.term_eq, duals.term_ineq, duals.penalty)
+    return jnp.sum(run) + terminal_node_cost(
+        problem, xN, duals.term_eq, duals.term_ineq, duals.penalty
+    )
 
 
-def _index(tree, i):
+def tree_index(tree, i):
     return jax.tree_util.tree_map(lambda a: a[i], tree)

@@ -14,7 +14,7 @@ from ..._internal import compile_cache
 from ..._internal.eager import LEGACY_EMITTERS, top_level_options
 from ..._internal.tracing import any_traced, is_traced
 from ..._internal.warn import renamed
-from .loop import _Monitor, iterate
+from .loop import Monitor, iterate
 from .problem import OptimalControlProblem
 from .solution import NONFINITE, OCPSolution
 from .solvers import DDP, AbstractOCPSolver
@@ -167,14 +167,14 @@ def solve_ocp(
         else:
             name = type(solver).__name__
             bar = progress is None or bool(progress)
-            monitor = _Monitor(int(max_iters), bar, f"solve_ocp {name}")
-            previous, _Monitor.active = _Monitor.active, monitor
+            monitor = Monitor(int(max_iters), bar, f"solve_ocp {name}")
+            previous, Monitor.active = Monitor.active, monitor
             try:
                 sol = solve(problem, solver, us, xs, int(max_iters), True)
                 jax.block_until_ready(sol.controls)
                 jax.effects_barrier()
             finally:
-                _Monitor.active = previous
+                Monitor.active = previous
                 monitor.close()
             n = min(len(monitor.times), t.size)
             t[:n] = monitor.times[:n]
