@@ -31,7 +31,7 @@ import numpy as np
 
 from .._internal.eager import top_level_options
 from .._internal.tracing import any_traced, is_traced
-from .._internal.warn import renamed
+from .._internal.warn import renamed, renamed_attribute
 from .._internal.xla_flags import (
     no_library_fusion_options,
     program_small_loops,
@@ -105,6 +105,9 @@ class MPCResult(eqx.Module):
     cost: jax.Array
     iterations: jax.Array
     plan: jax.Array
+
+    # former name (deprecated): the changelog's table of deprecated names
+    result = renamed_attribute("MPCResult", "result", "status")
 
     @property
     def stop_reasons(self) -> list[str]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from .._internal.tracing import any_traced, is_traced, vmap_batched
-from .._internal.warn import renamed, warn
+from .._internal.warn import renamed, renamed_attribute
 from ._so3_soa import batch_last_carry, hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 
@@ -58,11 +58,7 @@ class Solution(eqx.Module):
         self.states, self.stats = states, {} if stats is None else stats
         self._final_state, self.method_state = _final_state, method_state
 
-    @property
-    def ts(self) -> jax.Array:
-        """Deprecated alias of :attr:`times`."""
-        warn("Solution.ts is deprecated: use Solution.times", DeprecationWarning)
-        return self.times
+    ts = renamed_attribute("Solution", "ts", "times")
 
     @property
     def final_state(self):
