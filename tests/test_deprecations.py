@@ -4,6 +4,7 @@ old name (an attribute ``Owner.old`` or a keyword ``function(old=)``) warns with
 
 import importlib
 import re
+import warnings
 from pathlib import Path
 
 import jax
@@ -199,7 +200,28 @@ def test_deprecated_name_warns_and_gives_the_new_names_value(row):
         expected = call(new)
         with pytest.warns(DeprecationWarning, match=new_mention):
             got = call(old)
+        if isinstance(got, str):  # an input error names the argument as the caller passed it
+            got = got.replace(f"'{old}'", f"'{new}'")
     _same(got, expected)
+
+
+def test_run_mpc_state0_positional_and_keyword():
+    from geomjax.control import run_mpc
+
+    bad = gj.RigidBodyState(jnp.eye(3), jnp.zeros(4))  # the plant state, of the wrong shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # the new name and positions: no warning
+        with pytest.raises(ValueError, match="'state0'"):
+            run_mpc(_problem(), None, None, bad, 3)
+        with pytest.raises(ValueError, match="'state0'"):
+            run_mpc(_problem(), state0=bad, steps=3)
+    with (
+        pytest.warns(DeprecationWarning, match="'state0'"),
+        pytest.raises(ValueError, match="'x0'"),
+    ):
+        run_mpc(_problem(), x0=bad, steps=3)
+    with pytest.raises(ValueError, match="'state0' only"):
+        run_mpc(_problem(), state0=bad, x0=bad, steps=3)
 
 
 def test_the_table_parser_reads_a_table():

@@ -348,7 +348,7 @@ def run_mpc(
     problem: OptimalControlProblem,
     plant_system=None,
     plant_method: AbstractMethod | None = None,
-    x0=None,
+    state0=None,
     steps: int = 1,
     disturbance: Callable | None = None,
     *,
@@ -356,6 +356,7 @@ def run_mpc(
     controls=None,
     error: Callable | None = None,
     us=None,
+    x0=None,
 ) -> MPCResult:
     """Run model predictive control of a plant for ``steps`` control steps of ``problem.dt``.
 
@@ -367,13 +368,14 @@ def run_mpc(
             time-dependent reference).  Bounds and costs only (no path/terminal constraints).
         plant_system, plant_method: the simulated plant (default: the model's); its state must
             have the model state's structure (it is measured exactly).
-        x0: the plant's initial state (default: ``problem.state0``).
+        state0: the plant's initial state (default: ``problem.state0``; ``x0``: its deprecated
+            name).
         steps: number of control steps (≥ 1).
         disturbance: ``d(t) -> (m,)`` added to the applied control in the plant (an input
             disturbance: a torque for torque-controlled bodies), or None.
         controller: :class:`MPC` settings (default ``MPC()``).
         controls: initial guess of the first plan ``(N, m)`` (default zeros): pass the controls
-            of a converged :func:`~geomjax.control.trajopt.solve_ocp` from ``x0`` to start from
+            of a converged :func:`~geomjax.control.trajopt.solve_ocp` from ``state0`` to start from
             an optimal plan, as a controller that plans before it starts (``us``: its deprecated
             name).
         error: ``e(t, state) -> scalar`` tracking error recorded along the run (default: the norm
@@ -395,15 +397,18 @@ def run_mpc(
         raise ValueError(
             f"{where}: argument 'plant_method' must be a geomjax method, got {plant_method!r}"
         )
+    # the plant's initial state, named in errors as the caller passed it
+    name = "x0" if x0 is not None else "state0"
+    x0 = renamed(state0, x0, where, "state0", "x0")
     x0 = problem.state0 if x0 is None else x0
     if hasattr(plant_system, "check_state"):
         try:
             x0 = plant_system.check_state(x0)
         except ValueError as e:
-            raise ValueError(f"{where}: argument 'x0' is not a state of the plant: {e}") from e
+            raise ValueError(f"{where}: argument '{name}' is not a state of the plant: {e}") from e
     if _structure(x0) != _structure(problem.state0):
         raise ValueError(
-            f"{where}: argument 'x0' (the plant state) must have the structure, shapes and dtypes "
+            f"{where}: argument '{name}' (the plant state) must have the structure, shapes and dtypes "
             f"of the model's state0 {_structure(problem.state0)}, got {_structure(x0)}"
         )
     m, dtype = problem.control_dim, problem.dtype
