@@ -2,6 +2,9 @@
 function-level imports included) and it names nothing outside the repository."""
 
 import ast
+import importlib
+import json
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,3 +227,56 @@ def test_private_import_count_sees_each_form():
         ("geomjax.lie", "_checks"),
         ("geomjax.lie.so3", "_vee3"),
     ]
+
+
+# --- what a public module lists ----------------------------------------------------------------
+#: modules of worked problems: their ``dir()`` lists exactly their ``__all__``
+WORKED_PROBLEMS = (
+    "geomjax.control.examples",
+    "geomjax.reconstruction.examples",
+    "geomjax.learn.problems",
+)
+
+
+def public_modules() -> list[str]:
+    """The public packages (no private part in their name) and the modules of worked problems:
+    the namespaces a user lists with ``dir()``."""
+    packages = [
+        module_name(p)
+        for p in sorted(PACKAGE.rglob("__init__.py"))
+        if not any(part.startswith("_") for part in module_name(p).split("."))
+    ]
+    return [*packages, *WORKED_PROBLEMS, "geomjax.control.status"]
+
+
+def imported_modules(module) -> list[str]:
+    """Public names in ``dir(module)`` bound to a module other than the module's own submodules
+    (e.g. ``jnp`` for ``jax.numpy``; a private alias such as ``_time`` is not listed as public)."""
+    return [
+        name
+        for name in dir(module)
+        if not name.startswith("_")
+        and isinstance(value := getattr(module, name, None), types.ModuleType)
+        and not value.__name__.startswith(module.__name__ + ".")
+    ]
+
+
+def test_public_modules_list_no_imported_modules():
+    names = public_modules()
+    assert {"geomjax", "geomjax.control", "geomjax.lie", "geomjax.control.examples"} <= set(names)
+    found = {n: bad for n in names if (bad := imported_modules(importlib.import_module(n)))}
+    assert found == {}
+
+
+def test_worked_problem_modules_list_their_problems_only():
+    for name in WORKED_PROBLEMS:
+        module = importlib.import_module(name)
+        assert dir(module) == sorted(module.__all__), name
+        assert all(hasattr(module, n) for n in module.__all__), name
+
+
+def test_imported_module_check_sees_one():
+    fake = types.ModuleType("geomjax.fake")
+    fake.json, fake._json, fake.value = json, json, 1.0
+    fake.sub = types.ModuleType("geomjax.fake.sub")
+    assert imported_modules(fake) == ["json"]
