@@ -67,6 +67,11 @@ __all__ = [
 ]
 
 
+def __dir__():
+    """The worked problems only (not the modules and names this module imports)."""
+    return sorted(__all__)
+
+
 def _time_step(duration, steps, where):
     """``duration / steps`` of a worked problem, its arguments checked."""
     if not (isinstance(steps, int) and steps >= 1):
