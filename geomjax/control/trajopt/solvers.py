@@ -236,8 +236,14 @@ def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
     Vx = jnp.concatenate([out["Vx"], VxN[None]])
     Vxx = jnp.concatenate([out["Vxx"], VxxN[None]])
     f_all = jnp.concatenate([jnp.zeros((1, n), dtype), gaps])  # gap into node k (f_0 = 0)
-    dg = -jnp.sum(out["Quk"]) - jnp.sum(Vx * f_all)
-    dq = -jnp.sum(out["kQk"]) + jnp.einsum("ti,tij,tj->", f_all, Vxx, f_all)
+    # the model's change of the cost for a full step from the node's deviation 0: the value
+    # at the gap, V_x·f + ½ fᵀV_xx f, summed with the controls' Q_u·k + ½ kᵀQ_uu k.  With
+    # d₁ = dg + dv and d₂ = dq − 2dv (dv from the forward pass, :mod:`.line_search`) the
+    # prediction α(d₁ + α d₂/2) is −ΔJ: dg takes the value gradient at the gap, V_x + V_xx f
+    # (crocoddyl's FDDP stores V_x so shifted), so that the quadratic gap term is −½ fᵀV_xx f.
+    fVf = jnp.einsum("ti,tij,tj->", f_all, Vxx, f_all)
+    dg = -jnp.sum(out["Quk"]) - jnp.sum(Vx * f_all) - fVf
+    dq = -jnp.sum(out["kQk"]) + fVf
     stop = jnp.abs(dg + 0.5 * dq)
     converged = ok & s.feasible & (stop <= tol * (1 + jnp.abs(s.cost)))
 
