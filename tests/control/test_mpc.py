@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
+from geomjax import SO3
 from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, MPCResult, _retarget, _with_horizon, run_mpc
 from geomjax.control.trajopt import ILQR, LieGroupChart, solve_ocp
@@ -287,3 +288,122 @@ def test_float32_closed_loop_matches_float64(closed_loop):
         float(res.error[-1]), float(closed_loop["res"].error[0, -1]), rtol=1e-2
     )
     np.testing.assert_allclose(np.asarray(res.controls[-1]), -np.asarray(D), atol=1e-3)
+
+
+# --- a closed loop that says when it goes wrong ----------------------------------------------------
+# a small model (4 nodes of 0.5 s: compiled in a few seconds) and one iteration per step; the
+# disturbances are array fields of one module, so the four runs are one program
+SMALL_H, SMALL_DT, SMALL_STEPS = 4, 0.5, 40
+
+
+def _small_model():
+    return attitude_problem(
+        torque_max=TMAX,
+        exact_target=False,
+        steps=SMALL_H,
+        duration=SMALL_H * SMALL_DT,
+        method=SemiImplicitEuler(),
+        weight=100.0,
+    )
+
+
+def _small_run(d, iterations=1, steps=SMALL_STEPS):
+    """The small closed loop on the 20 % heavier plant under the constant torque ``d``, with the
+    warnings it raised."""
+    import warnings
+
+    model = _small_model()
+    plant = gj.RigidBody(1.2 * INERTIA)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = run_mpc(
+            model,
+            plant,
+            SemiImplicitEuler(),
+            None,
+            steps,
+            Constant(jnp.asarray(d, jnp.float64)),
+            controller=MPC(ILQR(), iterations=iterations),
+        )
+    return model, plant, res, [w for w in caught if issubclass(w.category, UserWarning)]
+
+
+def _plant_miss(model, plant, x):
+    """The attitude error (rad) and body rate of a plant state, from the state itself."""
+    target = model.terminal_cost.residual.target
+    angle = float(jnp.linalg.norm(SO3.log(target.T @ x.R)))
+    return angle, float(jnp.linalg.norm(plant.velocity(x.Pi)))
+
+
+def _last(tree):
+    return jax.tree_util.tree_map(lambda a: a[-1], tree)
+
+
+def test_healthy_loops_are_not_flagged():
+    """A loop that converges to the target, and one that settles at an offset under a constant
+    disturbance the bounds can hold, are healthy: no flag, no warning, check() passes.  What is
+    claimed is read from the plant: at the target at rest, or at rest where the applied torque
+    cancels the disturbance (Euler's equations at rest: net torque zero)."""
+    model, plant, res, caught = _small_run(jnp.zeros(3))
+    angle, rate = _plant_miss(model, plant, _last(res.states))
+    assert angle <= 1e-4 and rate <= 1e-4  # measured 4.5e-7 rad
+    assert bool(res.healthy) and not bool(res.diverging) and not bool(res.stalling)
+    assert not caught
+    assert res.check() is res
+    assert "healthy" in res.summary() and "NOT" not in res.summary()
+    # the first solves of the cold start are far from stationary; they do not count
+    assert np.asarray(res.stationarity).shape == (SMALL_STEPS,)
+
+    d = jnp.array([0.05, -0.03, 0.04])
+    model, plant, res, caught = _small_run(d)
+    _, rate = _plant_miss(model, plant, _last(res.states))
+    assert rate <= 1e-5
+    np.testing.assert_allclose(np.asarray(res.controls[-1]), -np.asarray(d), atol=1e-5)
+    assert bool(res.healthy) and not caught
+    res.check()
+
+
+def test_a_loop_that_goes_wrong_is_reported():
+    """A disturbance beyond the torque limit (1.2 about the third axis, limit 0.8: no control
+    holds the plant at rest) drives the plant away: flagged as diverging, one warning naming it
+    and what to change, check() raises.  A disturbance the bounds can hold but one iteration per
+    step cannot follow ((0.5, 0.5, 0.5)) leaves the solves far from stationary: flagged as
+    stalling."""
+    model, plant, res, caught = _small_run(jnp.array([0.0, 0.0, 1.2]))
+    angle0, _ = _plant_miss(model, plant, model.state0)
+    angle, rate = _plant_miss(model, plant, _last(res.states))
+    assert rate >= 0.1  # not at rest: no admissible torque cancels the disturbance
+    assert np.hypot(angle, rate) > angle0  # farther from the target at rest than at the start
+    assert bool(res.diverging) and not bool(res.healthy)
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert "moving away" in msg and "iterations" in msg and "model" in msg
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    with pytest.raises(ConvergenceError, match="moving away"):
+        res.check()
+    assert "NOT healthy" in res.summary()
+
+    model, plant, res, caught = _small_run(jnp.array([0.5, 0.5, 0.5]))
+    assert bool(res.stalling) and not bool(res.healthy)
+    assert len(caught) == 1 and "far from stationary" in str(caught[0].message)
+    stalled = np.asarray(res.stalled)
+    assert stalled.sum() > SMALL_STEPS // 4
+    assert np.all(np.asarray(res.status)[stalled] == 1)  # capped solves, not failures
+    assert not np.asarray(res.failed).any()
+
+    # warn=False: the same flags, no warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = run_mpc(
+            _small_model(),
+            plant,
+            SemiImplicitEuler(),
+            None,
+            SMALL_STEPS,
+            Constant(jnp.array([0.5, 0.5, 0.5])),
+            controller=MPC(ILQR(), iterations=1),
+            warn=False,
+        )
+    assert bool(quiet.stalling)
