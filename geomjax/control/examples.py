@@ -643,6 +643,7 @@ def quadrotor_problem(
     system=None,
     actuation=None,
     mass=None,
+    tracking_weight=1e-2,
 ):
     """crocoddyl's quadrotor example (``examples/quadrotor_fwddyn.py``; ``bounded=True``: the
     thrust limits ``0.1 ≤ f_i ≤ 5`` of ``quadrotor_ubound.py``) as an
@@ -656,7 +657,10 @@ def quadrotor_problem(
     (e.g. :class:`~geomjax.LGVI`) can be passed.  ``system`` (a :class:`~geomjax.RigidBodySE3`
     with gravity) and ``actuation`` (the ``(6, 4)`` thrust map) replace crocoddyl's, e.g. by an
     identified model (:class:`geomjax.learn.problems.QuadrotorModel`).  ``mass``: the model's
-    mass (kg), in its inertia and its gravity alike (:func:`quadrotor_system`)."""
+    mass (kg), in its inertia and its gravity alike (:func:`quadrotor_system`).
+    ``tracking_weight``: the running pose-tracking weight (crocoddyl's trackPose, 1e-2); under
+    model predictive control a larger one (0.1) pulls the plant to the target sooner (see the
+    control guide's MPC section)."""
     from .trajopt import Actuated, OptimalControlProblem, ResidualCost
 
     c = QUADROTOR
@@ -684,8 +688,16 @@ def quadrotor_problem(
     g_target = SE3.from_rotation_translation(jnp.eye(3, dtype=dtype), jnp.asarray(target, dtype))
     # crocoddyl: xReg weight 1e-6 with activation weights 1e3 (rotation, velocity) and 0.1
     # (translation); uReg 1e-6; trackPose 1e-2; goalPose (terminal) 3
-    w = [1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1e-2] * 6
-    stage = ResidualCost(_QuadrotorResidual(g_target, system), jnp.asarray(w, dtype))
+    if np.shape(tracking_weight) != () or (
+        not isinstance(tracking_weight, jax.core.Tracer) and not float(tracking_weight) >= 0
+    ):
+        raise ValueError(
+            "quadrotor_problem: argument 'tracking_weight' must be a non-negative scalar, got "
+            f"{tracking_weight!r}"
+        )
+    w = jnp.asarray([1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1.0] * 6, dtype)
+    w = w.at[-6:].multiply(jnp.asarray(tracking_weight, dtype))
+    stage = ResidualCost(_QuadrotorResidual(g_target, system), w)
     terminal = ResidualCost(_PoseResidual(g_target), jnp.asarray(3.0, dtype), terminal=True)
     x0 = LieGroupState(jnp.eye(4, dtype=dtype), jnp.zeros(6, dtype))
     kw = {}

@@ -407,3 +407,124 @@ def test_a_loop_that_goes_wrong_is_reported():
             warn=False,
         )
     assert bool(quiet.stalling)
+
+
+def test_plant_method_of_an_actuated_model():
+    """An actuated model (the quadrotor: rotor thrusts through B) takes commands: a plain plant
+    method, which takes the body force, is wrapped in the model's actuation; an Actuated one is
+    the user's choice; a method that fits neither is refused with the fix."""
+    from geomjax.control.examples import quadrotor_problem, quadrotor_system
+    from geomjax.control.mpc import _actuated_plant
+    from geomjax.control.trajopt import Actuated
+
+    p = quadrotor_problem()
+    plant = quadrotor_system(mass_scale=1.1)
+    wrapped = _actuated_plant("run_mpc", p, plant, gj.RKMK4())
+    assert isinstance(wrapped, Actuated) and isinstance(wrapped.method, gj.RKMK4)
+    assert wrapped.matrix is p.method.matrix
+    assert wrapped.control_shape(plant) == (4,)
+    own = Actuated(gj.RKMK4(), 2.0 * p.method.matrix)
+    assert _actuated_plant("run_mpc", p, plant, own) is own
+    # a model without actuation: the plant method as given
+    assert isinstance(
+        _actuated_plant("run_mpc", _model(), gj.RigidBody(INERTIA), gj.RKMK4()), gj.RKMK4
+    )
+    with pytest.raises(ValueError, match=r"'plant_method'.*gj\.Actuated\(RKMK4\(\), B\)"):
+        run_mpc(p, gj.RigidBody(INERTIA), gj.RKMK4(), steps=3)
+
+
+# --- the quadrotor on a heavier plant (the control guide's MPC section) ----------------------------
+QUAD_TARGET = np.array([2.0, 1.0, 1.5])
+
+
+@pytest.mark.long
+def test_quadrotor_mpc_brings_a_heavier_plant_to_the_target():
+    """The guide's settings: crocoddyl's quadrotor model (33 nodes of 0.03 s) with the running
+    pose weight 1 (crocoddyl's: 0.01), ``MPC(ILQR(), iterations=2)`` warm-started from the
+    open-loop optimum, driving a plant 10 % heavier than the model, integrated by RKMK4 through
+    the model's thrust map (built by run_mpc).  Read from the plant: within 2 cm of (2, 1, 1.5)
+    from control step 40 (1.2 s) on (measured: from step 36; 2.0 mm at step 100) and at rest
+    there, where Newton's law says the four thrusts hold the plant's weight, 1.1 m g, not the
+    model's."""
+    import warnings
+
+    from geomjax.control.examples import QUADROTOR, quadrotor_problem, quadrotor_system
+    from geomjax.control.trajopt import Actuated
+
+    model = quadrotor_problem(target=tuple(QUAD_TARGET), tracking_weight=1.0)
+    plant = quadrotor_system(mass_scale=1.1)
+    plan = solve_ocp(model, ILQR(), max_iters=100, progress=False)  # near the optimum
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a healthy loop: no warning
+        res = run_mpc(
+            model,
+            plant,
+            gj.RKMK4(),
+            steps=100,
+            controller=MPC(ILQR(), iterations=2),
+            controls=plan.controls,
+        )
+    pos = np.asarray(plant.position(res.states))
+    miss = np.linalg.norm(pos - QUAD_TARGET, axis=-1)
+    assert miss[40:].max() <= 0.02
+    assert miss[-1] <= 0.004
+    assert bool(res.healthy) and not np.asarray(res.failed).any()
+    # at rest at the end: the thrusts carry the plant's weight (its mass, not the model's)
+    xN = jax.tree_util.tree_map(lambda a: a[-1], res.states)
+    assert float(jnp.linalg.norm(plant.velocity(xN.mu))) <= 1e-3
+    weight = 1.1 * QUADROTOR["mass"] * QUADROTOR["gravity"]
+    np.testing.assert_allclose(float(jnp.sum(res.controls[-1])), weight, rtol=1e-3)
+    # the recorded states are the plant (RKMK4 through B) driven by the recorded thrusts
+    again = gj.simulate(
+        plant, Actuated(gj.RKMK4(), model.method.matrix), model.state0, model.dt, 100, res.controls
+    )
+    np.testing.assert_allclose(again.final_state.g, xN.g, atol=1e-9)
+
+
+@pytest.mark.long
+def test_quadrotor_plant_too_heavy_for_its_thrust_limits_is_reported():
+    """With crocoddyl's thrust limits (≤ 5 N a rotor) a plant 50 % heavier than the model needs
+    5.43 N a rotor to hover: it falls whatever the controller does.  The run says so (one
+    warning, diverging, check() raises); the fall is read from the plant's altitude."""
+    import warnings
+
+    from geomjax.control.examples import QUADROTOR, quadrotor_problem, quadrotor_system
+
+    assert 1.5 * QUADROTOR["mass"] * QUADROTOR["gravity"] / 4 > QUADROTOR["thrust_max"]
+    model = quadrotor_problem(bounded=True, target=tuple(QUAD_TARGET))
+    plant = quadrotor_system(mass_scale=1.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = run_mpc(model, plant, steps=100, controller=MPC(ILQR(), iterations=2))
+    z = np.asarray(plant.position(res.states))[:, 2]
+    assert z[-1] < -1.0  # fell (measured −9.7 m after 3 s)
+    assert bool(res.diverging) and not bool(res.healthy)
+    assert len([w for w in caught if "moving away" in str(w.message)]) == 1
+    with pytest.raises(ConvergenceError, match="moving away"):
+        res.check()
+
+
+@pytest.mark.long
+def test_stationarity_measures_the_distance_to_the_models_optimum():
+    """The last step's plan of a run is ``(applied control, plan[:-1])`` from the state before it:
+    its model cost against the optimum from that state (a converged solve) is the plan's true
+    suboptimality ``(J − J*)/J``.  The stationarity estimates it to a factor 3 (measured: half of
+    it, 0.32 against 0.63 and 0.032 against 0.063): with one iteration per step under
+    (0.5, 0.5, 0.5) the plan is far from the optimum and the loop is flagged; with two it is
+    near and the loop is not."""
+    model = _small_model()
+    for iterations, stalled in ((1, True), (2, False)):
+        _, _, res, caught = _small_run(jnp.array([0.5, 0.5, 0.5]), iterations)
+        assert bool(res.stalling) == stalled and bool(res.healthy) != stalled
+        assert (len(caught) == 1) == stalled
+        x, t = jax.tree_util.tree_map(lambda a: a[-2], res.states), res.times[-2]
+        p = _retarget(model, x, t)
+        us = jnp.concatenate([res.controls[-1:], res.plan[:-1]])
+        J = float(p.cost(p.rollout(us), us))
+        np.testing.assert_allclose(J, float(res.cost[-1]), rtol=1e-10)
+        best = solve_ocp(p, ILQR(), max_iters=200, progress=False).check()
+        gap = (J - float(best.cost)) / J
+        stat = float(res.stationarity[-1])
+        assert gap / 3 <= stat <= 3 * gap
+        assert bool(res.stalled[-1]) == stalled
+        assert (gap >= 0.3) if stalled else (gap <= 0.1)
