@@ -202,48 +202,50 @@ class MPCResult(eqx.Module):
         not :attr:`stalling`."""
         return ~jnp.any(self.failed, axis=-1) & ~self.diverging & ~self.stalling
 
-    def _problems(self, iterations=None) -> list[str]:
-        """What went wrong (eager, unbatched or batched), each with what to change."""
+    def _problems(self, iterations=None) -> tuple[list[str], list[str]]:
+        """What went wrong (eager, unbatched or batched), and what to change."""
         if any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(self)):
             raise ValueError("MPCResult: call summary()/check() outside jit (values are traced)")
         r = np.asarray(self.status)
-        found = []
-        cap = "more solver iterations per step (MPC(iterations=...)" + (
-            f", now {iterations})" if iterations is not None else ")"
-        )
+        n = r.shape[-1]
+        found, fixes = [], []
         bad = r > 1
         if bad.any():
             j = np.unravel_index(int(np.argmax(bad)), r.shape)
             found.append(
                 f"the solve of control step {j[-1]} failed: {_MESSAGES[int(r[j])]} "
-                f"({int(bad.sum())} of {r.size} solves failed); check the model, its costs "
-                "and bounds at the plant's states"
+                f"({int(bad.sum())} of {r.size} solves failed)"
             )
-        div = np.asarray(self.diverging)
+            fixes.append("check the model, its costs and bounds at the plant's states")
+        div, stalling = np.asarray(self.diverging), np.asarray(self.stalling)
         if div.any():
-            e = np.asarray(self.error).reshape(-1, r.shape[-1] + 1)[int(np.argmax(div.reshape(-1)))]
-            c = np.asarray(self.cost).reshape(-1, r.shape[-1])[int(np.argmax(div.reshape(-1)))]
+            i = int(np.argmax(div.reshape(-1)))
+            e = np.asarray(self.error).reshape(-1, n + 1)[i]
+            c = np.asarray(self.cost).reshape(-1, n)[i]
             found.append(
-                f"the closed loop is moving away from its target: tracking error {e[0]:.3g} -> "
-                f"{e[-1]:.3g} (smallest {np.nanmin(e):.3g}), predicted cost-to-go {c[0]:.3g} -> "
-                f"{c[-1]:.3g}; use {cap} or a longer horizon, warm-start the first plan "
-                "(controls= an open-loop optimum), or make the model closer to the plant "
-                "(its mass, inertia, disturbances; bounds the plant can hold)"
+                f"the closed loop is moving away from its target (tracking error {e[0]:.3g} -> "
+                f"{e[-1]:.3g}, smallest {np.nanmin(e):.3g}; predicted cost-to-go {c[0]:.3g} -> "
+                f"{c[-1]:.3g})"
             )
-        stalling = np.asarray(self.stalling)
         if stalling.any():
-            st = np.asarray(self.stalled).reshape(-1, r.shape[-1])
-            stat = np.asarray(self.stationarity).reshape(-1, r.shape[-1])
             i = int(np.argmax(stalling.reshape(-1)))
-            worst = int(np.argmax(np.where(st[i], stat[i], -np.inf)))
+            st = np.asarray(self.stalled).reshape(-1, n)[i]
+            stat = np.asarray(self.stationarity).reshape(-1, n)[i]
+            worst = int(np.argmax(np.where(st, stat, -np.inf)))
             found.append(
-                f"{int(st[i].sum())} of {st.shape[-1]} solves stopped at their iteration cap far "
-                f"from stationary (stationarity above {STALL_TOL}; worst {stat[i, worst]:.3g} at "
-                f"control step {worst}): their plans are not the model's optimum; use "
-                f"{cap}, warm-start the first plan (controls= an open-loop optimum), or "
-                "make the model closer to the plant"
+                f"{int(st.sum())} of {n} solves stopped at their iteration cap far from "
+                f"stationary (stationarity above {STALL_TOL}, worst {stat[worst]:.3g} at control "
+                f"step {worst}: plans far from the model's optimum)"
             )
-        return found
+        if div.any() or stalling.any():
+            now = f", now {iterations}" if iterations is not None else ""
+            fixes.append(
+                f"use more solver iterations per step (MPC(iterations=...){now}) or a longer "
+                "horizon, warm-start the first plan (controls= an open-loop optimum), or make the "
+                "model closer to the plant (its mass, inertia, disturbances; bounds that can "
+                "hold the plant)"
+            )
+        return found, fixes
 
     def summary(self, iterations: int | None = None) -> str:
         """A few lines on the run (eager only): steps, the solves' statuses (converged, capped,
@@ -264,9 +266,10 @@ class MPCResult(eqx.Module):
             + f"; predicted cost-to-go {np.ravel(c[..., 0])[0]:.3g} -> "
             f"{np.ravel(c[..., -1])[0]:.3g}",
         ]
-        problems = self._problems(iterations)
+        problems, fixes = self._problems(iterations)
         lines.append("  " + ("healthy" if not problems else "NOT healthy:"))
         lines += [f"  - {p}" for p in problems]
+        lines += [f"  what to change: {f}" for f in fixes]
         return "\n".join(lines)
 
     def check(self, iterations: int | None = None) -> MPCResult:
@@ -275,9 +278,11 @@ class MPCResult(eqx.Module):
         its target (:attr:`diverging`), or its solves keep stopping at their iteration cap far
         from stationary (:attr:`stalling`).  A capped solve near stationary is normal in MPC.
         The message says what to change.  Returns ``self``."""
-        problems = self._problems(iterations)
+        problems, fixes = self._problems(iterations)
         if problems:
-            raise ConvergenceError("run_mpc: " + "; ".join(problems))
+            raise ConvergenceError(
+                "run_mpc: " + "; ".join(problems) + ". What to change: " + "; ".join(fixes)
+            )
         return self
 
     def __repr__(self) -> str:
@@ -634,11 +639,13 @@ def run_mpc(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
     )
     if warn and not _has_tracer(res):
-        problems = res._problems(controller.iterations)
+        problems, fixes = res._problems(controller.iterations)
         if problems:
             _warn(
                 f"{where}: the closed loop is not healthy: "
                 + "; ".join(problems)
+                + ". What to change: "
+                + "; ".join(fixes)
                 + " (MPCResult.summary() says more; run_mpc(..., warn=False) silences this)"
             )
     return res
