@@ -148,6 +148,10 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     assert np.all(np.asarray(res.status[:, 1:10]) == 1)
     assert np.all(np.asarray(res.iterations) <= 2)
     assert np.all(np.isfinite(np.asarray(res.cost)))
+    # and neither loop is flagged (one flag per member of the batch): both converge, to the
+    # target or to the disturbance's offset (checked above on the plant)
+    assert np.asarray(res.healthy).tolist() == [True, True]
+    assert np.asarray(res.stationarity).shape == (2, STEPS)
 
     # the recorded states are the plant driven by the recorded controls plus the disturbance
     replay = gj.simulate(c["plant"], c["method"], model.state0, DT, STEPS, controls=u[0] + D)
@@ -407,6 +411,15 @@ def test_a_loop_that_goes_wrong_is_reported():
             warn=False,
         )
     assert bool(quiet.stalling)
+
+    # the flags are arrays: under jit, and for a batch (one flag per member)
+    _, _, good, _ = _small_run(jnp.zeros(3))
+    batch = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), good, quiet)
+    flags = jax.jit(lambda r: (r.healthy, r.diverging, r.stalling, r.stalled))(batch)
+    assert flags[0].tolist() == [True, False] and flags[2].tolist() == [False, True]
+    assert flags[1].tolist() == [False, False] and flags[3].shape == (2, SMALL_STEPS)
+    np.testing.assert_array_equal(flags[3][1], quiet.stalled)
+    assert "2 runs" in batch.summary()
 
 
 def test_plant_method_of_an_actuated_model():
