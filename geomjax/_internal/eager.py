@@ -34,6 +34,7 @@ import numpy as np
 from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
 from . import host_eval as _host_eval
+from .tracing import any_traced, is_traced
 
 #: XLA:CPU's legacy elemental IR emitters instead of its MLIR fusion emitters (jaxlib 0.10's
 #: default): the same kernels, compiled faster (an option of the CPU backend, ignored by others)
@@ -68,10 +69,6 @@ def _under_eager_autodiff_only() -> bool:
         return False
 
 
-def _has_tracer(args, kwargs) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
-
-
 #: Eager calls of one signature (function, shapes, dtypes, static arguments) evaluated on the
 #: host (:mod:`geomjax._internal.host_eval`) before the program is compiled.
 HOST_CALLS = 2
@@ -104,7 +101,7 @@ class _Tiered:
         return self.plain(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        if _has_tracer(args, kwargs):
+        if any_traced(args, kwargs):
             return self.plain(*args, **kwargs)
         dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
         flat, treedef = jax.tree_util.tree_flatten(dynamic)
@@ -204,12 +201,10 @@ def _closes_over_tracer(static) -> bool:
                     contents = cell.cell_contents
                 except ValueError:  # an empty cell
                     continue
-                if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(contents)):
+                if any_traced(contents):
                     return True
         owner = getattr(leaf, "__self__", None)
-        if owner is not None and any(
-            isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(owner)
-        ):
+        if owner is not None and any_traced(owner):
             return True
     return False
 
@@ -353,7 +348,7 @@ def top_level_options(
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        options = _options() if _at_top_level() and not _has_tracer(args, kwargs) else {}
+        options = _options() if _at_top_level() and not any_traced(args, kwargs) else {}
         if not options and eager_vjp is not None and _under_eager_vjp():
             # an eager jax.grad through fn: its forward and backward as top-level programs
             # with the options (within the caller's linearization JAX would compile fn with
@@ -389,7 +384,7 @@ def known_value(x):
     Known: NumPy and JAX arrays, Python numbers, and the tracers of eager forward- and
     reverse-mode differentiation (``JVPTracer``/``LinearizeTracer``, whose primal is concrete).
     Unknown (None): tracers of ``jit``, ``vmap``, ``scan`` and the like."""
-    if isinstance(x, jax.core.Tracer):
+    if is_traced(x):
         to_concrete = getattr(x, "to_concrete_value", None)  # JAX's own concreteness query
         return None if to_concrete is None else to_concrete()
     if isinstance(x, jax.Array | np.ndarray | float | int | np.number):

@@ -50,6 +50,7 @@ import numpy as np
 from jax.extend.core import Literal
 
 from .._linalg import stack_scalars
+from .tracing import is_traced
 
 __all__ = [
     "ScalarTuples",
@@ -139,7 +140,7 @@ class _Evaluator:
         if size > self.max_size:
             raise Unsupported(f"array of {size} entries (max_size {self.max_size})")
         dtype = np.dtype(x.dtype if aval is None else aval.dtype)
-        if not isinstance(x, jax.core.Tracer):  # a constant: NumPy scalars, folded at trace time
+        if not is_traced(x):  # a constant: NumPy scalars, folded at trace time
             arr = np.asarray(x, dtype=dtype)
             out = np.empty(shape, object)
             for idx in np.ndindex(shape):
@@ -482,7 +483,7 @@ def scalarize(fun, *, max_size: int = 100, strict: bool = False):
         def flat(*ls):
             return fun(*eqx.combine(jax.tree_util.tree_unflatten(treedef, ls), static))
 
-        if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if not any(is_traced(leaf) for leaf in leaves):
             # an eager call: scalar by scalar it would dispatch every scalar operation alone
             return fun(*args)
         key = _program_key(fun, treedef, static, leaves, max_size)
@@ -576,7 +577,7 @@ def _scalar_program(flat, leaves, max_size):
     when the traced function closes over a tracer of an enclosing trace (its jaxpr would hold
     that tracer as a constant).  Raises :class:`Unsupported`."""
     closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*leaves)
-    if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
+    if any(is_traced(c) for c in closed.consts):
         return _UNCACHEABLE
     specs = [
         jax.ShapeDtypeStruct(np.shape(x), x.dtype, weak_type=jax.typeof(x).weak_type)

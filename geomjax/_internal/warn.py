@@ -41,6 +41,13 @@ def _importlib(filename: str) -> bool:
     return "importlib" in filename and "_bootstrap" in filename
 
 
+def deprecated(old: str, new: str) -> None:
+    """The one form of a deprecation: ``"{old} is deprecated: use {new}"``, a
+    ``DeprecationWarning`` at the user's line.  The deprecated names are listed in the
+    changelog's table of deprecated names (a test exercises each row)."""
+    warn(f"{old} is deprecated: use {new}", DeprecationWarning)
+
+
 def renamed(value, old_value, where: str, name: str, old_name: str, default=None):
     """The value of argument ``name``, or of its deprecated former name ``old_name`` (with a
     ``DeprecationWarning``); both given (``name`` not at its ``default``) is an error."""
@@ -48,5 +55,16 @@ def renamed(value, old_value, where: str, name: str, old_name: str, default=None
         return value
     if value is not default and value != default:
         raise ValueError(f"{where}: pass argument '{name}' only (its former name '{old_name}' too)")
-    warn(f"{where}: argument '{old_name}' is deprecated: use '{name}'", DeprecationWarning)
+    deprecated(f"{where}: argument '{old_name}'", f"'{name}'")
     return old_value
+
+
+def renamed_attribute(owner: str, old: str, new: str) -> property:
+    """A read-only attribute ``old`` of class ``owner``: the value of ``new``, with a
+    ``DeprecationWarning`` (``"{owner}.{old} is deprecated: use {owner}.{new}"``)."""
+
+    def get(self):
+        deprecated(f"{owner}.{old}", f"{owner}.{new}")
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated alias of :attr:`{new}`.")

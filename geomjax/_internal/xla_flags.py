@@ -26,7 +26,7 @@ sets ``xla_backend_extra_options`` (yours win).  ``GEOMJAX_XLA_FLAGS=0`` or
 ``configure(xla_small_loops=False)``: neither (XLA's defaults everywhere).
 
 Where the threshold is not raised (a user's ``jax.jit`` program): the SO(3) kernel's Newton
-iterations of an unbatched step are unrolled (:func:`geomjax.integrators.newton._unroll_scalar_iterations`):
+iterations of an unbatched step are unrolled (:func:`geomjax.integrators.newton.unroll_scalar_iterations`):
 a step then has no loop inside, and a loop of steps that saves nothing in between (the inner
 loop of ``simulate(..., save_every > 1)``) meets XLA's default threshold and is one kernel.
 A loop that saves every step does not: XLA's estimate of one iteration of the free body's

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
+
 __all__ = [
     "AbstractPath",
     "AbstractTimeLaw",
@@ -309,9 +311,7 @@ class Trajectory(eqx.Module):
         if not isinstance(path, AbstractPath):
             raise ValueError(f"Trajectory: argument 'path' must be a path, got {type(path)}")
         duration = _as_float(duration)
-        if duration.shape != () or (
-            not isinstance(duration, jax.core.Tracer) and not bool(np.asarray(duration) > 0)
-        ):
+        if duration.shape != () or (not is_traced(duration) and not bool(np.asarray(duration) > 0)):
             raise ValueError(
                 f"Trajectory: argument 'duration' must be a positive scalar, got {duration}"
             )

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
 from ..integrators.euler import SemiImplicitEuler
 from ..integrators.lgvi import LGVI
 from ..integrators.simulate import simulate
@@ -68,6 +69,11 @@ __all__ = [
     "sine_basis_controls",
     "spacecraft_problem",
 ]
+
+
+def __dir__():
+    """The worked problems only (not the modules and names this module imports)."""
+    return sorted(__all__)
 
 
 def _time_step(duration, steps, where):
@@ -602,7 +608,7 @@ def quadrotor_system(mass=None, inertia=None, dtype=None, *, mass_scale=1.0):
     dtype = dtype or jnp.result_type(float)
     base = c["mass"] if mass is None else mass
     for name, v in (("mass", base), ("mass_scale", mass_scale)):
-        if np.shape(v) != () or (not isinstance(v, jax.core.Tracer) and not float(v) > 0):
+        if np.shape(v) != () or (not is_traced(v) and not float(v) > 0):
             raise ValueError(
                 f"quadrotor_system: argument '{name}' must be a positive scalar, got {v!r}"
             )
@@ -689,7 +695,7 @@ def quadrotor_problem(
     # crocoddyl: xReg weight 1e-6 with activation weights 1e3 (rotation, velocity) and 0.1
     # (translation); uReg 1e-6; trackPose 1e-2; goalPose (terminal) 3
     if np.shape(tracking_weight) != () or (
-        not isinstance(tracking_weight, jax.core.Tracer) and not float(tracking_weight) >= 0
+        not is_traced(tracking_weight) and not float(tracking_weight) >= 0
     ):
         raise ValueError(
             "quadrotor_problem: argument 'tracking_weight' must be a non-negative scalar, got "

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import top_level_options
-from .._internal.warn import renamed
+from .._internal.tracing import any_traced, is_traced
+from .._internal.warn import renamed, renamed_attribute
 from .._internal.warn import warn as _warn
 from .._internal.xla_flags import (
     no_library_fusion_options,
@@ -44,8 +45,8 @@ from .status import MAX_ITERS, SUCCESSFUL
 from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
 from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
-from .trajopt.problem import Actuated, _WrappedMethod
-from .trajopt.solvers import _default_tol
+from .trajopt.problem import Actuated, WrappedMethod
+from .trajopt.solvers import default_tol
 
 __all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]
 
@@ -150,6 +151,9 @@ class MPCResult(eqx.Module):
     plan: jax.Array
     stationarity: jax.Array | None = None
 
+    # former name (deprecated): the changelog's table of deprecated names
+    result = renamed_attribute("MPCResult", "result", "status")
+
     @property
     def stop_reasons(self) -> list[str]:
         """Status of each step's solve (eager only): ``"converged"``, ``"max_iters"``, …"""
@@ -204,7 +208,7 @@ class MPCResult(eqx.Module):
 
     def _problems(self, iterations=None) -> tuple[list[str], list[str]]:
         """What went wrong (eager, unbatched or batched), and what to change."""
-        if any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(self)):
+        if any_traced(self):
             raise ValueError("MPCResult: call summary()/check() outside jit (values are traced)")
         r = np.asarray(self.status)
         n = r.shape[-1]
@@ -308,7 +312,7 @@ class _TimeShifted(eqx.Module):
         return self.fn(t + self.t0, *rest)
 
 
-class _TimeShiftedMethod(_WrappedMethod):
+class _TimeShiftedMethod(WrappedMethod):
     """``method`` stepping from absolute time ``t + t0`` (time-dependent forces)."""
 
     method: AbstractMethod
@@ -397,10 +401,6 @@ def _checked(where, problem, controller):
 
 
 # --- the closed loop --------------------------------------------------------------------------------
-def _has_tracer(tree) -> bool:
-    return any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(tree))
-
-
 # argument signatures whose traced checks passed (a check traces a plant step: ~60 ms of an eager
 # run_mpc of 100 control steps that itself runs for ~7 ms); the objects are kept with their key,
 # so that a key made of identities is never reused by another object
@@ -413,7 +413,7 @@ def _checked_once(kind, tree, check):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     parts = []
     for a in leaves:
-        if isinstance(a, jax.core.Tracer):
+        if is_traced(a):
             return check()
         if isinstance(a, jax.Array | np.ndarray | np.generic | float | int | bool):
             parts.append((np.shape(a), str(jnp.result_type(a))))
@@ -487,7 +487,7 @@ def _run_program(
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
     problem, plant_system = problem.prepared(), prepare_systems(plant_system)
-    tol = jnp.asarray(_default_tol(controller.solver, dtype), dtype)
+    tol = jnp.asarray(default_tol(controller.solver, dtype), dtype)
 
     def body(carry, j):
         x, plan = carry
@@ -519,7 +519,7 @@ def run_mpc(
     problem: OptimalControlProblem,
     plant_system=None,
     plant_method: AbstractMethod | None = None,
-    x0=None,
+    state0=None,
     steps: int = 1,
     disturbance: Callable | None = None,
     *,
@@ -528,6 +528,7 @@ def run_mpc(
     error: Callable | None = None,
     warn: bool = True,
     us=None,
+    x0=None,
 ) -> MPCResult:
     """Run model predictive control of a plant for ``steps`` control steps of ``problem.dt``.
 
@@ -539,13 +540,14 @@ def run_mpc(
             time-dependent reference).  Bounds and costs only (no path/terminal constraints).
         plant_system, plant_method: the simulated plant (default: the model's); its state must
             have the model state's structure (it is measured exactly).
-        x0: the plant's initial state (default: ``problem.state0``).
+        state0: the plant's initial state (default: ``problem.state0``; ``x0``: its deprecated
+            name).
         steps: number of control steps (≥ 1).
         disturbance: ``d(t) -> (m,)`` added to the applied control in the plant (an input
             disturbance: a torque for torque-controlled bodies), or None.
         controller: :class:`MPC` settings (default ``MPC()``).
         controls: initial guess of the first plan ``(N, m)`` (default zeros): pass the controls
-            of a converged :func:`~geomjax.control.trajopt.solve_ocp` from ``x0`` to start from
+            of a converged :func:`~geomjax.control.trajopt.solve_ocp` from ``state0`` to start from
             an optimal plan, as a controller that plans before it starts (``us``: its deprecated
             name).
         error: ``e(t, state) -> scalar`` tracking error recorded along the run (default: the norm
@@ -578,15 +580,18 @@ def run_mpc(
             f"{where}: argument 'plant_method' must be a geomjax method, got {plant_method!r}"
         )
     plant_method = _actuated_plant(where, problem, plant_system, plant_method)
+    # the plant's initial state, named in errors as the caller passed it
+    name = "x0" if x0 is not None else "state0"
+    x0 = renamed(state0, x0, where, "state0", "x0")
     x0 = problem.state0 if x0 is None else x0
     if hasattr(plant_system, "check_state"):
         try:
             x0 = plant_system.check_state(x0)
         except ValueError as e:
-            raise ValueError(f"{where}: argument 'x0' is not a state of the plant: {e}") from e
+            raise ValueError(f"{where}: argument '{name}' is not a state of the plant: {e}") from e
     if _structure(x0) != _structure(problem.state0):
         raise ValueError(
-            f"{where}: argument 'x0' (the plant state) must have the structure, shapes and dtypes "
+            f"{where}: argument '{name}' (the plant state) must have the structure, shapes and dtypes "
             f"of the model's state0 {_structure(problem.state0)}, got {_structure(x0)}"
         )
     m, dtype = problem.control_dim, problem.dtype
@@ -638,7 +643,7 @@ def run_mpc(
     res = _run(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
     )
-    if warn and not _has_tracer(res):
+    if warn and not any_traced(res):
         problems, fixes = res._problems(controller.iterations)
         if problems:
             _warn(
@@ -653,7 +658,7 @@ def run_mpc(
 
 def _find_actuated(method):
     """The :class:`Actuated` layer of a method (inside time shifts and other wrappers), or None."""
-    while isinstance(method, _WrappedMethod):
+    while isinstance(method, WrappedMethod):
         if isinstance(method, Actuated):
             return method
         method = method.method
@@ -714,7 +719,7 @@ class MPCPlan(eqx.Module):
 def _online_step_traced(problem, controller, plan, x, t):
     problem = problem.prepared()
     u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
-    tol = jnp.asarray(_default_tol(controller.solver, problem.dtype), problem.dtype)
+    tol = jnp.asarray(default_tol(controller.solver, problem.dtype), problem.dtype)
     return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost, _stationarity(sol, tol))
 
 
@@ -783,7 +788,7 @@ def _signature(tree):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     spec = []
     for a in leaves:
-        if isinstance(a, jax.core.Tracer) or not isinstance(a, jax.Array | np.ndarray):
+        if is_traced(a) or not isinstance(a, jax.Array | np.ndarray):
             return None
         spec.append((a.shape, a.dtype, bool(getattr(a, "weak_type", False))))
     return treedef, tuple(spec)
@@ -874,7 +879,7 @@ class OnlineMPC(eqx.Module):
             )
         steps = self._steps
         if not steps.prepared_for(self.problem, self.controller):
-            if _has_tracer((self.problem, self.controller)):  # OnlineMPC traced (under jit)
+            if any_traced((self.problem, self.controller)):  # OnlineMPC traced (under jit)
                 if _structure(state) != _structure(self.problem.state0):
                     raise ValueError(
                         "OnlineMPC.step: argument 'state' must have the structure, shapes and "
@@ -888,7 +893,7 @@ class OnlineMPC(eqx.Module):
                 "OnlineMPC.step: argument 'state' must have the structure, shapes and dtypes of "
                 f"the problem's state0 {steps.expected}, got {_structure(state)}"
             )
-        if isinstance(t, jax.core.Tracer):
+        if is_traced(t):
             return self._step_traced(plan, state, t)
         # an array, not a Python float: a new time must not be a new program
         t = np.asarray(t, self.problem.dtype)

@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from .._internal.eager import top_level_options
-from .._internal.warn import renamed
+from .._internal.warn import renamed, renamed_attribute
 from ..lie import LieGroup
 from .status import OPTIMIZE_STATUS
 
@@ -115,6 +115,9 @@ class OptimizeResult:
     compile_time: float
     arrays: dict = dataclasses.field(default_factory=dict)
     restart_losses: np.ndarray | None = None
+
+    # former name (deprecated): the changelog's table of deprecated names
+    n_iter = renamed_attribute("OptimizeResult", "n_iter", "iterations")
 
     @property
     def status(self) -> int:
@@ -522,7 +525,7 @@ def optimize_restarts(
     Early stopping (``target``, ``patience``) looks at the best loss of the batch.  The history's
     ``loss``/``grad_norm`` are ``(iterations, restarts)``; ``restart_losses`` holds each final loss.
     """
-    steps = renamed(max_iters, steps, "optimize", "max_iters", "steps", default=500)
+    steps = renamed(max_iters, steps, "optimize_restarts", "max_iters", "steps", default=500)
     _check_common(steps, patience)
     if not (isinstance(restarts, int | np.integer) and restarts >= 1):
         raise ValueError(

@@ -3,7 +3,7 @@ makes (against closed forms or conservation laws) and writing its plots."""
 
 from __future__ import annotations
 
-import time
+import time as _time
 from pathlib import Path
 
 from . import lie, nonholonomic, riemann, rigid_body
@@ -41,13 +41,13 @@ def run_demo(out: Path, fast: bool = False, sections: list[str] | None = None) -
             raise SystemExit(
                 f"geomjax demo: unknown section {name!r}; choose from {list(SECTIONS)}"
             )
-        t0 = time.perf_counter()
+        t0 = _time.perf_counter()
         print(f"\n=== {name} " + "=" * (70 - len(name)))
         checks = SECTIONS[name].run(out, fast)
         for c in checks:
             print(c.line())
             failed += not c.ok
-        print(f"--- {name}: {time.perf_counter() - t0:.1f} s")
+        print(f"--- {name}: {_time.perf_counter() - t0:.1f} s")
     print(f"\nplots written to {out.resolve()}")
     if failed:
         print(f"{failed} check(s) FAILED")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from .._internal.scalarize import Scalarized, ScalarTuples
 from .._linalg import select_stack, solve3_scalars, stack_scalars, two_sum
-from .newton import _any_member, _newton_solve, _unroll_scalar_iterations
+from .newton import any_member, newton_solve_impl, unroll_scalar_iterations
 
 _BATCH_LAST = [False]
 
@@ -331,7 +331,7 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
     below), unrolled on accelerators, and on CPU for an unbatched solve when XLA's small-loop
     setting is not in effect (geomjax imported after JAX's first computation: a rolled loop is
     then a ``while`` of dispatched kernels in every step;
-    :func:`geomjax.integrators.newton._unroll_scalar_iterations`).
+    :func:`geomjax.integrators.newton.unroll_scalar_iterations`).
     The caller reports the residual of the vector equation at the returned ``x``.
 
     ``early_exit``: stop after the first iteration whose update has ``|Δdelta|² ≤ 0.01 eps``
@@ -375,7 +375,7 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
         fp = c2 * p2 + d * c * p * (2.0 * p + 4.0 * c2) - q4 * dN2
         return d - f / fp
 
-    if not _unroll_scalar_iterations(d):
+    if not unroll_scalar_iterations(d):
         # a rolled loop on CPU: its carry materializes the root once; unrolled, XLA:CPU's
         # fusion recomputed the whole chain of iterations inside the kernel of each of the
         # three components of x (batch 1024, float64: 69 -> 49 ns per body-step; the same
@@ -388,7 +388,7 @@ def cayley_solve_scalar(I, b, h, iters: int, early_exit: bool = False):
             def cond(carry):
                 i, d_prev, d = carry
                 step = d - d_prev
-                return _any_member((i == 0) | ((i < iters) & (step * step > thr)))
+                return any_member((i == 0) | ((i < iters) & (step * step > thr)))
 
             def body(carry):
                 i, _, d = carry
@@ -809,7 +809,7 @@ def _cayley_step_jvp(scalar_solve, primals, tangents):
     # code at first order, the derivatives of x at second order
     # (newton.py's solver itself, not newton_solve: no recorded or replayed solution is
     # consumed here)
-    x, _ = _newton_solve(cayley_psi, x, (I, b, h), 0, cayley_psi_jac_solve, False, False, False)
+    x, _ = newton_solve_impl(cayley_psi, x, (I, b, h), 0, cayley_psi_jac_solve, False, False, False)
     need = tuple(not _is_zero(t) for t in (dI, dR, db, dh))
     if not any(need):
         return out, jax.tree_util.tree_map(jnp.zeros_like, out)

@@ -178,12 +178,13 @@ import jax
 import jax.numpy as jnp
 
 from .._internal.eager import top_level_options
+from .._internal.tracing import vmap_batched
 from .._linalg import plain_stacks, select_stack
 from ._so3_soa import hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 from .lgvi import torque_in_carry
 from .newton import record_solutions, replay_solutions
-from .simulate import _control_chunk, _vmapped, cast_floating, simulate
+from .simulate import _control_chunk, cast_floating, simulate
 
 __all__ = ["ReversibleAdjoint", "reconstruction_error"]
 
@@ -662,7 +663,7 @@ def _with_base(method, base):
 def _bwd(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol):
     # whether the backward pass is vmapped, told here from the arguments' tracers: inside the
     # compiled program below a vmapped call is traced with unbatched values
-    batched = _vmapped(sol, ct_sol, args)
+    batched = vmap_batched(sol, ct_sol, args, if_unknown=False)
     return _bwd_program(
         sol, ct_sol, perturbed, args, simulate,
         steps=steps, save_every=save_every, tol=tol, batched=batched,

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from .._internal.scalarize import Scalarized, ScalarTuples
+from .._internal.tracing import vmap_batched
 from .._linalg import forward_jacobian, small_solve
 
 __all__ = ["dense_jac_solve", "newton_solve", "record_solutions", "replay_solutions"]
@@ -141,7 +142,7 @@ def _unroll_iterations() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def _unroll_scalar_iterations(x) -> bool:
+def unroll_scalar_iterations(x) -> bool:
     """Unroll a scalar iteration (the SO(3) kernel's Newton solve) here?  As
     :func:`_unroll_iterations`, and on CPU also when XLA's small-loop setting is not in effect
     in this process (:func:`geomjax._internal.xla_flags.small_loops_in_effect`: the default, unless
@@ -156,26 +157,13 @@ def _unroll_scalar_iterations(x) -> bool:
         return _unroll_iterations()
     from .._internal.xla_flags import small_loops_traced
 
-    return not small_loops_traced() and jnp.ndim(x) == 0 and not _batch_traced(x)
+    return not small_loops_traced() and jnp.ndim(x) == 0 and not vmap_batched(x, if_unknown=True)
 
 
 def unroll_iterations() -> bool:
     """Whether :func:`newton_solve`'s fixed iterations are unrolled here (accelerators, or
     ``GEOMJAX_NEWTON_UNROLL=1``), where ``early_exit`` does not apply."""
     return _unroll_iterations()
-
-
-def _batch_traced(x) -> bool:
-    """Whether ``x`` is (derived from) a value batched by ``jax.vmap`` at this trace."""
-    try:
-        from jax._src.interpreters.batching import BatchTracer
-    except ImportError:  # pragma: no cover - jax internals moved: treat as batched (rolled)
-        return True
-    while isinstance(x, jax.core.Tracer):
-        if isinstance(x, BatchTracer):
-            return True
-        x = getattr(x, "primal", None)  # through forward-mode tracers
-    return False
 
 
 def _max_abs_leaves(tree):
@@ -186,11 +174,11 @@ def _max_abs_leaves(tree):
 
 
 @jax.custom_batching.custom_vmap
-def _any_member(flag):
+def any_member(flag):
     return flag
 
 
-@_any_member.def_vmap
+@any_member.def_vmap
 def _any_member_vmap(axis_size, in_batched, flag):
     # the loop goes on while any member of a batch goes on: an unbatched loop predicate, so the
     # batched loop body updates every member (no select between the members' old and new
@@ -205,7 +193,7 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters, chord=False):
     last bits.  In float32 and below the test is ``rel ≤ 4 eps`` (the error left, ``~ rel²``,
     has one sign and adds up over a long run; see the threshold below).  (A residual test would need the scale of the residual, which only the caller
     knows.)  Under ``jax.vmap`` the loop runs until every member has stopped, and every member
-    iterates until then (:func:`_any_member`): a member that had stopped takes a Newton step
+    iterates until then (:func:`any_member`): a member that had stopped takes a Newton step
     more, which changes its root by round-off.  (A batched predicate would make the loop select
     between each member's old and new iterates on every iteration: measured at batch 1024, the
     free-body LGVI 32 → 58 ns per body-step, the sleigh's NonholonomicVI 43 → 50.)"""
@@ -226,7 +214,7 @@ def _newton_until_converged(x0, args, residual, jac_solve, iters, chord=False):
         # the ball on a turntable)
         i, x_prev, x = carry
         rel = _max_abs_leaves(_tree_sub(x, x_prev)) / (_max_abs_leaves(x) + tiny)
-        return _any_member((i == 0) | ((i < iters) & (rel * rel > threshold)))
+        return any_member((i == 0) | ((i < iters) & (rel * rel > threshold)))
 
     def body(carry):
         i, _, x = carry
@@ -357,13 +345,17 @@ def newton_solve(
                 "replay_solutions: the step traced more newton_solve calls than were recorded"
             )
         x0, iters = _as_structure(tape[1].pop(0), x0), 0
-    x, r = _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit, name)
+    x, r = newton_solve_impl(
+        residual, x0, args, iters, jac_solve, chord, scalarize, early_exit, name
+    )
     if tape is not None and tape[0] == "record":
         tape[1].append(x)
     return x, r
 
 
-def _newton_solve(residual, x0, args, iters, jac_solve, chord, scalarize, early_exit, name=None):
+def newton_solve_impl(
+    residual, x0, args, iters, jac_solve, chord, scalarize, early_exit, name=None
+):
     options = dict(iters=iters, chord=chord, early_exit=early_exit, name=name)
     if scalarize:
         x0 = jnp.asarray(x0)

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
-from .._internal.warn import renamed, warn
+from .._internal.tracing import any_traced, is_traced, vmap_batched
+from .._internal.warn import renamed, renamed_attribute
 from ._so3_soa import batch_last_carry, hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 
@@ -57,11 +58,7 @@ class Solution(eqx.Module):
         self.states, self.stats = states, {} if stats is None else stats
         self._final_state, self.method_state = _final_state, method_state
 
-    @property
-    def ts(self) -> jax.Array:
-        """Deprecated alias of :attr:`times`."""
-        warn("Solution.ts is deprecated: use Solution.times", DeprecationWarning)
-        return self.times
+    ts = renamed_attribute("Solution", "ts", "times")
 
     @property
     def final_state(self):
@@ -94,7 +91,7 @@ class Solution(eqx.Module):
         steps (the step index when ``save_every = 1``) and its time interval.  Returns ``self``,
         so ``sol = simulate(...).check()`` reads naturally.  Eager only: under ``jit`` use the
         method's ``on_failure="raise"``."""
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self.stats)):
+        if any_traced(self.stats):
             raise ValueError("Solution.check: call it outside jit (the stats are traced here)")
         fail = self._first_failure(tol)
         if fail is not None:
@@ -435,7 +432,7 @@ def simulate(
         )
     method.validate(system)
     for name, value in (("steps", steps), ("save_every", save_every)):
-        if isinstance(value, jax.core.Tracer):
+        if is_traced(value):
             raise ValueError(
                 f"simulate: argument '{name}' is static (it sets the length of the time loop) and "
                 f"was traced by a jax transformation ({type(value).__name__}); mark it static: "
@@ -451,7 +448,7 @@ def simulate(
         )
     _check_dt(dt)
     _check_controls(system, method, controls, steps, state0, t0)
-    if getattr(method, "on_failure", None) == "raise" and not _traced(
+    if getattr(method, "on_failure", None) == "raise" and not any_traced(
         system, state0, dt, controls, t0
     ):
         # eager: run with reporting and raise Solution.check's clear message (step index and
@@ -520,7 +517,11 @@ def simulate(
         n_save=n_save,
         save_every=int(save_every),
         checkpoint=bool(checkpoint),
-        batch_last=_vmapped(system, state0, dt, t0, blocks, method_state),
+        # whether an input is batched by ``jax.vmap`` at this call: then the loop is traced with
+        # the batch-last carry of the SO(3) kernels (``_so3_soa.batch_last_carry``).  Only a
+        # layout choice: the same numbers either way; where it cannot tell (an inner ``jit``
+        # between the ``vmap`` and this call, or JAX's internals moved), the default layout
+        batch_last=vmap_batched(system, state0, dt, t0, blocks, method_state, if_unknown=False),
         method_state=method_state,
     )
 
@@ -530,23 +531,6 @@ def _last_state(states):
     # one compiled program: eagerly, indexing compiled a slice and a squeeze per leaf, and under
     # an eager grad their transposes too (the README's gradient example: 10 small programs)
     return jax.tree_util.tree_map(lambda x: x[-1], states)
-
-
-def _vmapped(*trees) -> bool:
-    """Whether an input is batched by ``jax.vmap`` at this call (then :func:`_integrate` traces
-    its loop with the batch-last carry of the SO(3) kernels, ``_so3_soa.batch_last_carry``).
-    Only a layout choice: the same numbers either way; where it cannot tell (an inner ``jit``
-    between the ``vmap`` and this call), the default layout."""
-    try:
-        from jax._src.interpreters.batching import BatchTracer
-    except ImportError:  # pragma: no cover - jax internals moved: the default layout
-        return False
-    for x in jax.tree_util.tree_leaves(trees):
-        while isinstance(x, jax.core.Tracer):
-            if isinstance(x, BatchTracer):
-                return True
-            x = getattr(x, "primal", None)  # through forward-mode tracers (vmap of jvp/grad)
-    return False
 
 
 def _integrate_program(
@@ -559,7 +543,7 @@ def _integrate_program(
     system, a feedback function, the step counts) is the cache key, so repeated eager calls of
     :func:`simulate` reuse one compilation instead of re-tracing and re-compiling the scan each
     time; under an outer ``jit``/``vmap``/``grad`` it is simply inlined.  ``batch_last``: trace
-    within ``_so3_soa.batch_last_carry`` (``simulate`` is vmapped: see :func:`_vmapped`)."""
+    within ``_so3_soa.batch_last_carry`` (``simulate`` is vmapped: told in :func:`simulate`)."""
     with batch_last_carry(batch_last), hand_written_derivatives():
         return _integrate_traced(
             system, method, state0, dt, t0, blocks, feedback,
@@ -702,10 +686,6 @@ def _as_state_type(system, state0):
     )
 
 
-def _traced(*trees) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
-
-
 def _check_method_state(system, method, state0, t0, method_state):
     """``simulate``'s ``method_state``: the structure ``method.carry_extra`` gives for this
     system and state (shapes, dtypes), as arrays; eagerly also that it belongs to ``state0``."""
@@ -734,7 +714,7 @@ def _check_method_state(system, method, state0, t0, method_state):
             f"simulate: argument 'method_state' must be the method_state of a run of "
             f"{type(method).__name__} ending at state0: expected {what}, got {got}"
         )
-    if not _traced(method_state, state0) and "momentum" in method_state:
+    if not any_traced(method_state, state0) and "momentum" in method_state:
         _, mu = system.split(state0)
         # state0's momentum is fl(hi + lo): hi itself or one ulp from it
         near = np.abs(np.asarray(method_state["momentum"]) - np.asarray(mu)) <= np.spacing(
@@ -751,7 +731,7 @@ def _check_method_state(system, method, state0, t0, method_state):
 
 def _check_dt(dt) -> None:
     """A concrete ``dt`` must be a finite positive scalar (traced ``dt``: unchecked)."""
-    if _traced(dt):
+    if any_traced(dt):
         return
     try:
         a = np.asarray(dt)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
@@ -61,7 +61,7 @@ class RigidBodySplitting(AbstractMethod):
 
     def validate(self, system) -> None:
         I = system.inertia_matrix()
-        if not isinstance(I, jax.core.Tracer):  # checked eagerly (NumPy) when the values are known
+        if not is_traced(I):  # checked eagerly (NumPy) when the values are known
             I = np.asarray(I)
             off = np.max(np.abs(I - np.diag(np.diagonal(I))))
             if off > 0:

@@ -87,6 +87,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
 from ..variational.system import LagrangianSystem, VariationalState
 from .base import AbstractMethod, StepStats
 from .composition import Composition
@@ -104,13 +105,9 @@ def _max_abs(a):
     return jnp.max(jnp.abs(a), initial=0.0)
 
 
-def _is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 def _check(x, bad, msg):
     """Eager ``ValueError`` or, under ``jit``, ``equinox.error_if`` on ``x``."""
-    if _is_traced(bad):
+    if is_traced(bad):
         return eqx.error_if(x, bad, msg)
     if bool(bad):
         raise ValueError(msg)
@@ -621,7 +618,7 @@ class Impacts(_VariationalMethod):
         if self.jump_rounds is not None:
             _check_iters(where, jump_rounds=self.jump_rounds)
         e = self.restitution
-        if not _is_traced(e):
+        if not is_traced(e):
             e_arr = jnp.asarray(e)
             if e_arr.ndim > 1 or not bool(jnp.all((e_arr >= 0) & (e_arr <= 1))):
                 raise ValueError(
@@ -629,7 +626,7 @@ class Impacts(_VariationalMethod):
                     f"contact) in [0, 1], got {e!r}"
                 )
         r = self.rest_speed
-        if not _is_traced(r) and not (np.shape(r) == () and bool(np.asarray(r) >= 0)):
+        if not is_traced(r) and not (np.shape(r) == () and bool(np.asarray(r) >= 0)):
             raise ValueError(f"{where}: argument 'rest_speed' must be a scalar >= 0, got {r!r}")
 
     @property

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._internal.warn import renamed, warn
+from .._internal.warn import renamed, renamed_attribute
 from ..lie.base import LieGroup
 
 __all__ = ["Trajectory"]
@@ -40,11 +40,7 @@ class Trajectory(eqx.Module):
         self.times = renamed(times, ts, "Trajectory", "times", "ts")
         self.g, self.xi, self.controls = g, xi, controls
 
-    @property
-    def ts(self):
-        """Deprecated alias of :attr:`times`."""
-        warn("Trajectory.ts is deprecated: use Trajectory.times", DeprecationWarning)
-        return self.times
+    ts = renamed_attribute("Trajectory", "ts", "times")
 
     @property
     def num_samples(self) -> int:

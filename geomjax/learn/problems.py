@@ -23,6 +23,12 @@ __all__ = [
     "rotation_errors",
 ]
 
+
+def __dir__():
+    """The worked problems only (not the modules and names this module imports)."""
+    return sorted(__all__)
+
+
 #: the true 3D pendulum: principal moments about the pivot and ``m g ρ`` (centre of mass 0.5 below
 #: the pivot, slightly off the axis)
 PENDULUM = {"inertia": np.diag([0.8, 1.0, 1.2]), "mass_g_rho": 9.81 * np.array([0.05, 0.0, -0.5])}

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import eager_jit, known_value, quick_compiled
+from .._internal.tracing import is_traced
 from ._math import as_float
 
 __all__ = ["LieGroup", "check_shape"]
@@ -44,10 +45,6 @@ def check_shape(x, trailing: tuple[int, ...], name: str, where: str):
     return x
 
 
-def _is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 #: Group methods on arrays compiled as one program when called eagerly (see :func:`_eager_jit`).
 EAGER_JIT_METHODS = frozenset(
     "compose inverse act hat vee exp log Ad ad coad jac_left jac_left_inv jac_right "
@@ -59,8 +56,10 @@ EAGER_JIT_METHODS = frozenset(
 
 
 def _concrete(x) -> bool:
-    return isinstance(x, jax.Array | np.ndarray | float | int) and not isinstance(
-        x, jax.core.Tracer | bool
+    return (
+        isinstance(x, jax.Array | np.ndarray | float | int)
+        and not is_traced(x)
+        and not isinstance(x, bool)
     )
 
 
@@ -357,7 +356,7 @@ class LieGroup(eqx.Module):
         # would compile on its own)
         g_known = known_value(g)
         bad, worst = _membership(self, g if g_known is None else g_known, tol)
-        if _is_traced(bad):  # under a transformation (also for a constant g inside jit)
+        if is_traced(bad):  # under a transformation (also for a constant g inside jit)
             return eqx.error_if(g, bad, msg)
         if bool(bad):
             raise ValueError(f"{msg}; largest defect {float(worst):.3g}")

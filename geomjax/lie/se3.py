@@ -26,7 +26,7 @@ from ._math import (
     theta_minus_sin_over_cube,
 )
 from .base import LieGroup, check_shape
-from .so3 import SO3, _hat3, _jl3, _jl3_inv, _poly, _vee3
+from .so3 import SO3, hat3, hat_polynomial, jl3, jl3_inv, vee3
 
 __all__ = ["SE3", "SpecialEuclidean3"]
 
@@ -50,7 +50,7 @@ def _blocks(lt, lb, rb):
 def _q_left(w, v):
     """Barfoot's Q(v, w): lower-left block of the SE(3) left Jacobian in (omega, v) order."""
     t2 = jnp.sum(w * w, -1)
-    W, V = _hat3(w), _hat3(v)
+    W, V = hat3(w), hat3(v)
     WV, VW = mm(W, V), mm(V, W)
     WVW = mm(WV, W)
     c1 = theta_minus_sin_over_cube(t2)[..., None, None]
@@ -66,13 +66,13 @@ def _q_left(w, v):
 
 def _jl6(xi):
     w, v = xi[..., :3], xi[..., 3:]
-    J = _jl3(w)
+    J = jl3(w)
     return _blocks(J, _q_left(w, v), J)
 
 
 def _jl6_inv(xi):
     w, v = xi[..., :3], xi[..., 3:]
-    Ji = _jl3_inv(w)
+    Ji = jl3_inv(w)
     return _blocks(Ji, -mm(mm(Ji, _q_left(w, v)), Ji), Ji)
 
 
@@ -115,12 +115,12 @@ class SpecialEuclidean3(LieGroup):
 
     def hat(self, xi):
         xi = check_shape(xi, (6,), "xi", "SE3.hat")
-        top = jnp.concatenate([_hat3(xi[..., :3]), xi[..., 3:, None]], -1)
+        top = jnp.concatenate([hat3(xi[..., :3]), xi[..., 3:, None]], -1)
         return jnp.concatenate([top, jnp.zeros_like(top[..., :1, :])], -2)
 
     def vee(self, X):
         X = check_shape(X, (4, 4), "X", "SE3.vee")
-        return jnp.concatenate([_vee3(X[..., :3, :3]), X[..., :3, 3]], -1)
+        return jnp.concatenate([vee3(X[..., :3, :3]), X[..., :3, 3]], -1)
 
     def exp(self, xi):
         """``exp(omega, v) = [[exp(omega), J_l(omega) v], [0, 1]]``."""
@@ -128,7 +128,7 @@ class SpecialEuclidean3(LieGroup):
         w, v = xi[..., :3], xi[..., 3:]
         t2 = jnp.sum(w * w, -1)
         B = one_minus_cos_over_sq(t2)
-        R = _poly(w, sinc(t2), B)
+        R = hat_polynomial(w, sinc(t2), B)
         # J_l(w) v = v + B w × v + C w × (w × v), without forming the matrix
         wv = cross(w, v)
         p = v + B[..., None] * wv + theta_minus_sin_over_cube(t2)[..., None] * cross(w, wv)
@@ -147,12 +147,12 @@ class SpecialEuclidean3(LieGroup):
     def Ad(self, g):
         g = check_shape(g, (4, 4), "g", "SE3.Ad")
         R, p = g[..., :3, :3], g[..., :3, 3]
-        return _blocks(R, mm(_hat3(p), R), R)
+        return _blocks(R, mm(hat3(p), R), R)
 
     def ad(self, xi):
         xi = check_shape(xi, (6,), "xi", "SE3.ad")
-        W = _hat3(xi[..., :3])
-        return _blocks(W, _hat3(xi[..., 3:]), W)
+        W = hat3(xi[..., :3])
+        return _blocks(W, hat3(xi[..., 3:]), W)
 
     def coad(self, xi, mu):
         """``ad(xi)^T mu = (pi × omega + p × v, p × omega)`` for ``mu = (pi, p)``."""
@@ -174,7 +174,7 @@ class SpecialEuclidean3(LieGroup):
         w, v = xi[..., :3], xi[..., 3:]
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
         # (I - W/2)^{-1} = I + (2W + W^2)/(4 + |w|^2)
-        return _assemble(_poly(w, c, 0.5 * c), mv(_poly(w, 0.5 * c, 0.25 * c), v))
+        return _assemble(hat_polynomial(w, c, 0.5 * c), mv(hat_polynomial(w, 0.5 * c, 0.25 * c), v))
 
     def cay_coAd_increment(self, xi, mu):
         """``Ad(cay(xi))^T mu − mu = (R^T (pi − p × P) − pi, R^T P − P)`` for ``mu = (pi, P)``
@@ -216,18 +216,18 @@ class SpecialEuclidean3(LieGroup):
         xi = check_shape(xi, (6,), "xi", "SE3.cay_jac_left_inv")
         w, v = xi[..., :3], xi[..., 3:]
         eye = jnp.eye(3, dtype=xi.dtype)
-        B = eye - 0.5 * _hat3(w)
+        B = eye - 0.5 * hat3(w)
         A = B + 0.25 * (w[..., :, None] * w[..., None, :])
-        return _blocks(A, -0.5 * mm(B, _hat3(v)), B)
+        return _blocks(A, -0.5 * mm(B, hat3(v)), B)
 
     def cay_jac_left(self, xi):
         xi = check_shape(xi, (6,), "xi", "SE3.cay_jac_left")
         w, v = xi[..., :3], xi[..., 3:]
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
         eye = jnp.eye(3, dtype=xi.dtype)
-        A_inv = c[..., None, None] * (eye + 0.5 * _hat3(w))  # SO(3) Cayley Jacobian
-        B_inv = _poly(w, 0.5 * c, 0.25 * c)  # (I - W/2)^{-1}
-        C = -0.5 * mm(eye - 0.5 * _hat3(w), _hat3(v))
+        A_inv = c[..., None, None] * (eye + 0.5 * hat3(w))  # SO(3) Cayley Jacobian
+        B_inv = hat_polynomial(w, 0.5 * c, 0.25 * c)  # (I - W/2)^{-1}
+        C = -0.5 * mm(eye - 0.5 * hat3(w), hat3(v))
         return _blocks(A_inv, -mm(mm(B_inv, C), A_inv), B_inv)
 
     def defect(self, g):

@@ -24,7 +24,7 @@ from .base import LieGroup, check_shape
 __all__ = ["SO3", "SpecialOrthogonal3"]
 
 
-def _hat3(w):
+def hat3(w):
     x, y, z = w[..., 0], w[..., 1], w[..., 2]
     o = jnp.zeros_like(x)
     return jnp.stack(
@@ -32,37 +32,37 @@ def _hat3(w):
     )
 
 
-def _vee3(X):
+def vee3(X):
     return 0.5 * jnp.stack(
         [X[..., 2, 1] - X[..., 1, 2], X[..., 0, 2] - X[..., 2, 0], X[..., 1, 0] - X[..., 0, 1]],
         -1,
     )
 
 
-def _poly(w, a, b):
+def hat_polynomial(w, a, b):
     """``I + a hat(w) + b hat(w)^2`` with ``hat(w)^2 = w w^T - |w|^2 I`` (a, b batch scalars)."""
     t2 = jnp.sum(w * w, -1)
     eye = jnp.eye(3, dtype=w.dtype)
     return (
         (1.0 - b * t2)[..., None, None] * eye
-        + a[..., None, None] * _hat3(w)
+        + a[..., None, None] * hat3(w)
         + b[..., None, None] * outer(w, w)
     )
 
 
 def _exp3(w):
     t2 = jnp.sum(w * w, -1)
-    return _poly(w, sinc(t2), one_minus_cos_over_sq(t2))
+    return hat_polynomial(w, sinc(t2), one_minus_cos_over_sq(t2))
 
 
-def _jl3(w):
+def jl3(w):
     t2 = jnp.sum(w * w, -1)
-    return _poly(w, one_minus_cos_over_sq(t2), theta_minus_sin_over_cube(t2))
+    return hat_polynomial(w, one_minus_cos_over_sq(t2), theta_minus_sin_over_cube(t2))
 
 
-def _jl3_inv(w):
+def jl3_inv(w):
     t2 = jnp.sum(w * w, -1)
-    return _poly(w, jnp.full_like(t2, -0.5), half_cot_coeff(t2))
+    return hat_polynomial(w, jnp.full_like(t2, -0.5), half_cot_coeff(t2))
 
 
 def _rotate_increment(w, mu, a, b):
@@ -148,10 +148,10 @@ class SpecialOrthogonal3(LieGroup):
         return mv(g, p)
 
     def hat(self, xi):
-        return _hat3(check_shape(xi, (3,), "xi", "SO3.hat"))
+        return hat3(check_shape(xi, (3,), "xi", "SO3.hat"))
 
     def vee(self, X):
-        return _vee3(check_shape(X, (3, 3), "X", "SO3.vee"))
+        return vee3(check_shape(X, (3, 3), "X", "SO3.vee"))
 
     def exp(self, xi):
         """Rodrigues: ``exp(w) = I + sin θ/θ hat(w) + (1 − cos θ)/θ² hat(w)²``."""
@@ -173,7 +173,7 @@ class SpecialOrthogonal3(LieGroup):
         return check_shape(g, (3, 3), "g", "SO3.Ad")
 
     def ad(self, xi):
-        return _hat3(check_shape(xi, (3,), "xi", "SO3.ad"))
+        return hat3(check_shape(xi, (3,), "xi", "SO3.ad"))
 
     def coad(self, xi, mu):
         xi = check_shape(xi, (3,), "xi", "SO3.coad")
@@ -182,11 +182,11 @@ class SpecialOrthogonal3(LieGroup):
 
     def jac_left(self, xi):
         """``J_l(w) = I + (1 − cos θ)/θ² hat(w) + (θ − sin θ)/θ³ hat(w)²``."""
-        return _jl3(check_shape(xi, (3,), "xi", "SO3.jac_left"))
+        return jl3(check_shape(xi, (3,), "xi", "SO3.jac_left"))
 
     def jac_left_inv(self, xi):
         """``J_l^{-1}(w) = I − hat(w)/2 + (1 − (θ/2)cot(θ/2))/θ² hat(w)²`` (θ < 2π)."""
-        return _jl3_inv(check_shape(xi, (3,), "xi", "SO3.jac_left_inv"))
+        return jl3_inv(check_shape(xi, (3,), "xi", "SO3.jac_left_inv"))
 
     def cay(self, xi):
         """Cayley map ``(I − hat(w)/2)^{-1}(I + hat(w)/2) = I + 4/(4+|w|²)(hat(w) + hat(w)²/2)``.
@@ -196,7 +196,7 @@ class SpecialOrthogonal3(LieGroup):
         """
         w = check_shape(xi, (3,), "xi", "SO3.cay")
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
-        return _poly(w, c, 0.5 * c)
+        return hat_polynomial(w, c, 0.5 * c)
 
     def cay_coAd_increment(self, xi, mu):
         """``cay(w)^T mu − mu = − c w × mu + c/2 w × (w × mu)``, ``c = 4/(4+|w|²)``
@@ -219,18 +219,18 @@ class SpecialOrthogonal3(LieGroup):
         """``cay^{-1}(R) = 2/(1 + tr R) vee(R − R^T)``; singular at rotations by π."""
         R = check_shape(g, (3, 3), "g", "SO3.cay_inv")
         tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
-        return (2.0 / (1.0 + tr))[..., None] * _vee3(R - mT(R))
+        return (2.0 / (1.0 + tr))[..., None] * vee3(R - mT(R))
 
     def cay_jac_left(self, xi):
         """``Jcay_l(w) = (4 I + 2 hat(w))/(4 + |w|²)``."""
         w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left")
         c = 4.0 / (4.0 + jnp.sum(w * w, -1))
-        return c[..., None, None] * (jnp.eye(3, dtype=w.dtype) + 0.5 * _hat3(w))
+        return c[..., None, None] * (jnp.eye(3, dtype=w.dtype) + 0.5 * hat3(w))
 
     def cay_jac_left_inv(self, xi):
         """``Jcay_l(w)^{-1} = I − hat(w)/2 + w w^T/4`` (rational: no trigonometry)."""
         w = check_shape(xi, (3,), "xi", "SO3.cay_jac_left_inv")
-        return jnp.eye(3, dtype=w.dtype) - 0.5 * _hat3(w) + 0.25 * outer(w, w)
+        return jnp.eye(3, dtype=w.dtype) - 0.5 * hat3(w) + 0.25 * outer(w, w)
 
     def left_gradient(self, g, euclidean_grad):
         """``vee(R^T ∇U − ∇U^T R)``: the body torque of a potential is ``−left_gradient``."""

@@ -39,6 +39,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.tracing import any_traced
 from ..lie.base import LieGroup
 from ..systems.base import LieGroupState, check_finite
 
@@ -60,10 +61,6 @@ def _eval_shape_or_raise(f, args, where, name, expected, verb="calling"):
             f"{where}: argument '{name}' must be {expected}; "
             f"{verb} it failed with {type(e).__name__}: {e}"
         ) from e
-
-
-def _is_traced(x) -> bool:
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
 
 
 def _tree_add(a, b):
@@ -247,7 +244,7 @@ class BaseControlledSystem(eqx.Module):
     def check_h1(self, q, name: str = "constraint"):
         """Hypothesis (H1) ``D + Ver = TQ`` at ``q``: ``ValueError`` (eager) if it fails."""
         s = eqx.filter_jit(self.h1_singular_values)(q)
-        if not _is_traced(s):
+        if not any_traced(s):
             self._raise_h1(s, name)
 
     def _raise_h1(self, s, name, tol: float = 1e-9):
@@ -456,7 +453,7 @@ class Reconstruction(eqx.Module):
                     f"{where}: argument 'gauge' must return a group element of shape "
                     f"{self.system.group.element_shape}, got {getattr(gs, 'shape', gs)}"
                 )
-        if _is_traced(self.params) and _is_concrete_dtype_tree(self.params):
+        if any_traced(self.params) and _is_concrete_dtype_tree(self.params):
             # under jit/vmap: out-of-bounds indices do not depend on the values (static indices
             # into a params array too short): check the curve on zeros of the same shapes
             zeros = jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), x.dtype), self.params)
@@ -466,7 +463,7 @@ class Reconstruction(eqx.Module):
                     f"{where}: argument 'base_curve' indexes out of bounds (is argument 'params' "
                     f"too short for it?): {index_error.get().strip()}"
                 )
-        if not _is_traced(self.params):
+        if not any_traced(self.params):
             # one compiled evaluation (op-by-op autodiff would dominate the construction time)
             b, s, index_error = _check_values(self)
             if index_error.get() is not None:

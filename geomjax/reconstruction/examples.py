@@ -27,6 +27,11 @@ __all__ = [
 ]
 
 
+def __dir__():
+    """The worked systems only (not the modules and names this module imports)."""
+    return sorted(__all__)
+
+
 def _f(x):
     return jnp.asarray(x, jnp.result_type(float))
 

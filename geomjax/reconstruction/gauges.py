@@ -27,8 +27,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.tracing import any_traced
 from ..lie.base import LieGroup
-from .core import BaseControlledSystem, Reconstruction, _is_traced
+from .core import BaseControlledSystem, Reconstruction
 from .methods import GAUSS_NODES, magnus4_update
 
 __all__ = ["TabulatedGauge", "mechanical_gauge", "nonholonomic_gauge"]
@@ -122,7 +123,7 @@ def _make_gauge(kind, where, system, base_curve, t_final, steps, params, t0):
     t1 = jnp.asarray(t_final, dtype)
     if jnp.shape(t1) != () or jnp.shape(t0) != ():
         raise ValueError(f"{where}: arguments 't_final' and 't0' must be scalars")
-    if not _is_traced((t0, t1)) and not bool(t1 > t0):
+    if not any_traced((t0, t1)) and not bool(t1 > t0):
         raise ValueError(
             f"{where}: argument 't_final' must be greater than 't0', got {float(t1)} <= {float(t0)}"
         )

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._internal.eager import top_level_options
+from .._internal.tracing import is_traced
 from ..integrators.simulate import Solution, simulate
 from ..lie.so3 import SO3
 from .core import BaseControlledSystem, Reconstruction, _check_curve_arity, saddle_solve
@@ -106,7 +107,7 @@ def holonomy(
         f"holonomy: argument 'loop' is not closed: the gauge points at t=0 and t=period differ "
         f"(relative gap > tol={tol:g})"
     )
-    if isinstance(gap, jax.core.Tracer):
+    if is_traced(gap):
         T = eqx.error_if(T, ~(gap <= tol), msg)
     elif not bool(gap <= tol):
         raise ValueError(f"{msg}; gap {float(gap):.3g}")
@@ -116,7 +117,7 @@ def holonomy(
     g = sol.states.g[-1]
     bad = ~jnp.all(jnp.isfinite(g))
     emsg = "holonomy: non-finite result (check argument 'loop' and its parameters)"
-    if isinstance(bad, jax.core.Tracer):
+    if is_traced(bad):
         return eqx.error_if(g, bad, emsg)
     if bool(bad):
         raise ValueError(emsg)
@@ -277,12 +278,12 @@ def nonholonomic_phases(
             f"{where}: closed=True but the base curve of argument 'recon' is not closed over "
             f"the times of argument 'solution' (relative gap > tol={tol:g})"
         )
-        if not isinstance(gap, jax.core.Tracer) and not bool(gap <= tol):
+        if not is_traced(gap) and not bool(gap <= tol):
             raise ValueError(f"{msg}; gap {float(gap):.3g}")
     out = _nh_phases(recon, solution)
     if closed:
         hol = out["g_geometric"][-1]
-        if isinstance(gap, jax.core.Tracer):
+        if is_traced(gap):
             hol = eqx.error_if(hol, ~(gap <= tol), msg)
         out["holonomy"] = hol
     return out

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import quick_compiled
+from .._internal.tracing import is_traced
 from .._linalg import (
     describe_degeneracy,
     is_degenerate,
@@ -36,19 +37,12 @@ __all__ = [
     "check_spd",
     "cho_solve",
     "eager_program",
-    "is_traced",
 ]
-
-
-def is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
 
 
 def _concrete_leaf(x) -> bool:
     """An array or number given by value (not a tracer, not a Python container of numbers)."""
-    return isinstance(x, jax.Array | np.ndarray | float | int) and not isinstance(
-        x, jax.core.Tracer
-    )
+    return isinstance(x, jax.Array | np.ndarray | float | int) and not is_traced(x)
 
 
 def _hashable(x) -> bool:
@@ -82,7 +76,7 @@ def eager_program(fn):
         arrays = [x for x in leaves if isinstance(x, jax.Array | np.ndarray)]
         if (
             not arrays
-            or any(isinstance(x, jax.core.Tracer) for x in leaves)
+            or any(is_traced(x) for x in leaves)
             or any(isinstance(x, list | tuple) for x in args)
             or not all(_concrete_leaf(x) or _hashable(x) for x in leaves)
         ):

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from ..lie._math import as_float
 from ._ambient import AmbientMetric
 from ._checks import Checker
-from .metric import _christoffel
+from .metric import christoffel_checked
 
 __all__ = ["Embedding", "LevelSetConstraint"]
 
@@ -156,7 +156,7 @@ class Embedding(eqx.Module):
         """Christoffel symbols ``Γ^a_{bc}`` of the induced metric, ``(l, l, l)`` indexed ``[a, b, c]``."""
         chk = Checker("Embedding.christoffel")
         q = chk.vector(q, "q")
-        return chk.done(_christoffel(self._induced_metric, q, chk))
+        return chk.done(christoffel_checked(self._induced_metric, q, chk))
 
     def velocity(self, q, qdot) -> jax.Array:
         """Ambient velocity ``ẋ = J q̇``, shape ``(N,)``."""

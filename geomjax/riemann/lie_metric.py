@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from ..lie import LieGroup
 from ..lie._math import as_float
 from ._checks import Checker, check_spd, cho_solve
-from .metric import _christoffel, _first_kind_contract
+from .metric import christoffel_checked, first_kind_contract
 
 __all__ = ["LeftInvariantMetric"]
 
@@ -143,10 +143,10 @@ class LeftInvariantMetric(eqx.Module):
     def exp_coords_christoffel(self, q) -> jax.Array:
         """Coordinate Christoffel symbols ``Γ^k_{ij}(q)`` in exponential coordinates, ``[k, i, j]``."""
         chk, (q,) = self._chk("exp_coords_christoffel", q=q)
-        return chk.done(_christoffel(self._exp_metric, q, chk))
+        return chk.done(christoffel_checked(self._exp_metric, q, chk))
 
     def exp_coords_geodesic_acceleration(self, q, qdot) -> jax.Array:
         """``q̈ = −Γ(q̇, q̇)`` in exponential coordinates (contraction, no ``dim³`` tensor)."""
         chk, (q, qdot) = self._chk("exp_coords_geodesic_acceleration", q=q, qdot=qdot)
-        g, b = _first_kind_contract(self._exp_metric, q, qdot, qdot, chk.where)
+        g, b = first_kind_contract(self._exp_metric, q, qdot, qdot, chk.where)
         return chk.done(-chk.solve(g, b, "metric(q)"))

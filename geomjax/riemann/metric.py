@@ -93,7 +93,7 @@ def christoffel_first_kind(metric: Metric, q) -> jax.Array:
     return chk.done(_first_kind_from_dg(dg))
 
 
-def _christoffel(metric: Metric, q, chk: Checker):
+def christoffel_checked(metric: Metric, q, chk: Checker):
     g, dg = _metric_and_jacobian(metric, q, chk.where)
     # g⁻¹ once and an einsum: much faster under vmap than a solve with n² right-hand sides
     return jnp.einsum("kl,lij->kij", chk.inverse(g, "metric(q)"), _first_kind_from_dg(dg))
@@ -114,10 +114,10 @@ def christoffel(metric: Metric, q) -> jax.Array:
     """
     chk = Checker("christoffel")
     q = chk.vector(q, "q")
-    return chk.done(_christoffel(metric, q, chk))
+    return chk.done(christoffel_checked(metric, q, chk))
 
 
-def _first_kind_contract(metric: Metric, q, u, w, where: str):
+def first_kind_contract(metric: Metric, q, u, w, where: str):
     """``g(q)`` and ``b_k = Γ_{k,ij} u^i w^j`` without the ``n³`` tensor.
 
     ``Γ_{k,ij} u^i w^j = ½ ((∂_w g) u + (∂_u g) w − ∇_q (uᵀ g w))_k``: one linearization of the
@@ -141,7 +141,7 @@ def christoffel_contract(metric: Metric, q, u, w) -> jax.Array:
     n = q.shape[0]
     u = chk.vector(u, "u", n)
     w = chk.vector(w, "w", n)
-    g, b = _first_kind_contract(metric, q, u, w, chk.where)
+    g, b = first_kind_contract(metric, q, u, w, chk.where)
     return chk.done(chk.solve(g, b, "metric(q)"))
 
 
@@ -156,7 +156,7 @@ def geodesic_acceleration(metric: Metric, q, v) -> jax.Array:
     chk = Checker("geodesic_acceleration")
     q = chk.vector(q, "q")
     v = chk.vector(v, "v", q.shape[0])
-    g, b = _first_kind_contract(metric, q, v, v, chk.where)
+    g, b = first_kind_contract(metric, q, v, v, chk.where)
     return chk.done(-chk.solve(g, b, "metric(q)"))
 
 
@@ -172,7 +172,7 @@ def newton_acceleration(metric: Metric, q, v, force=None, mass=1.0) -> jax.Array
     n = q.shape[0]
     v = chk.vector(v, "v", n)
     mass = chk.positive(chk.scalar(mass, "mass"), "mass")
-    g, b = _first_kind_contract(metric, q, v, v, chk.where)
+    g, b = first_kind_contract(metric, q, v, v, chk.where)
     rhs = -b if force is None else chk.vector(force, "force", n) / mass - b
     return chk.done(chk.solve(g, rhs, "metric(q)"))
 
@@ -225,7 +225,7 @@ def covariant_derivative(metric: Metric, q, qdot, V, Vdot) -> jax.Array:
     qdot = chk.vector(qdot, "qdot", n)
     V = chk.vector(V, "V", n)
     Vdot = chk.vector(Vdot, "Vdot", n)
-    g, b = _first_kind_contract(metric, q, qdot, V, chk.where)
+    g, b = first_kind_contract(metric, q, qdot, V, chk.where)
     return chk.done(Vdot + chk.solve(g, b, "metric(q)"))
 
 

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from ..lie._math import as_float, cross
-from ..lie.so3 import _vee3
+from ..lie.so3 import vee3
 from ._ambient import AmbientMetric
 from ._checks import Checker
 
@@ -294,7 +294,7 @@ class MovingFrame(eqx.Module):
 
     def _omega(self, t):
         R, Rd = jax.jvp(self._R, (t,), (jnp.ones_like(t),))
-        return _vee3(R.T @ Rd)
+        return vee3(R.T @ Rd)
 
     def _omega_dot(self, t):
         return jax.jvp(self._omega, (t,), (jnp.ones_like(t),))[1]

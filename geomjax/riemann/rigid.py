@@ -42,9 +42,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
 from .._internal.warn import warn
 from ..lie._math import as_float, cross
-from ._checks import Checker, check_finite, check_positive, is_traced
+from ._checks import Checker, check_finite, check_positive
 
 __all__ = ["ForceSplit", "ParticleSystem", "RigidSystem", "VelocitySplit"]
 

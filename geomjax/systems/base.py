@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import known_value
+from .._internal.tracing import is_traced
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,
@@ -35,13 +36,9 @@ __all__ = [
 ]
 
 
-def _is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 def check_finite(x, name: str, where: str):
     """Raise ``ValueError`` (eager) / ``EquinoxRuntimeError`` (jit) if ``x`` has NaN or inf."""
-    if not _is_traced(x) and not isinstance(x, jax.Array):
+    if not is_traced(x) and not isinstance(x, jax.Array):
         x = jax.device_put(np.asarray(x))  # jnp.asarray would compile a conversion per shape
     x = jnp.asarray(x)
     msg = f"{where}: argument '{name}' must be finite (found NaN or inf)"
@@ -76,7 +73,7 @@ def check_spd(M, name: str, where: str, n: int | None = None):
             msg = f"{where}: argument '{name}' must be symmetric positive definite and finite"
             what = describe_degeneracy(0.5 * (A + A.T))
             raise ValueError(f"{msg}; {what}; asymmetry {float(np.max(np.abs(A - A.T))):.2e}")
-        if not _is_traced(M):
+        if not is_traced(M):
             return jax.device_put(A)  # (jnp.asarray would compile a conversion per shape)
         M = jnp.asarray(M)  # a differentiated tracer stays one
         return M if jnp.issubdtype(M.dtype, jnp.inexact) else M.astype(A.dtype)
@@ -89,7 +86,7 @@ def check_spd(M, name: str, where: str, n: int | None = None):
     not_pd = is_degenerate(0.5 * (M + M.T))
     bad = asym | not_pd | ~jnp.all(jnp.isfinite(M))
     msg = f"{where}: argument '{name}' must be symmetric positive definite and finite"
-    if _is_traced(bad):
+    if is_traced(bad):
         return eqx.error_if(M, bad, msg)
     if bool(bad):
         what = describe_degeneracy(0.5 * (M + M.T))

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 from .._internal.dependence import method_depends_on
 from .._internal.eager import quick_compiled
 from .._internal.scalarize import scalarize
+from .._internal.tracing import is_traced
 from .._linalg import (
     degeneracy_tol,
     describe_degeneracy,
@@ -74,10 +75,6 @@ __all__ = [
     "NonholonomicSystem",
     "momentum_equation",
 ]
-
-
-def _is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
 
 
 def saddle_solve(M, A, f, c):
@@ -329,7 +326,7 @@ class AbstractNonholonomicSystem(AbstractSystem):
         dtype = jnp.result_type(g, x, v)
         g, x, v = g.astype(dtype), x.astype(dtype), v.astype(dtype)
         v, lam, (M, S), rho = _consistent_state(self, g, x, v, jnp.asarray(t, dtype), bool(project))
-        if not _is_traced(lam):
+        if not is_traced(lam):
             self._check_saddle(M, S, where, rho)
         return NonholonomicState(g, x, v, lam)
 
@@ -379,14 +376,14 @@ class AbstractNonholonomicSystem(AbstractSystem):
         lam = check_finite(lam, f"{name}.lam", where)
         cmax, scale = _constraint_defect(self, g, x, v, jnp.asarray(t, v.dtype))
         tol = float(jnp.finfo(v.dtype).eps) ** 0.5 if tol is None else tol
-        if not _is_traced(cmax):  # eagerly on Python floats: no compile of the comparison
+        if not is_traced(cmax):  # eagerly on Python floats: no compile of the comparison
             cmax, scale = float(cmax), float(scale)
         bad = cmax > tol * scale
         msg = (
             f"{where}: argument '{name}.v' violates the constraints A(q) v = b(q, t) "
             f"(build the state with system.make_state(..., project=True))"
         )
-        if _is_traced(bad):
+        if is_traced(bad):
             v = eqx.error_if(v, bad, msg)
         elif bool(bad):
             raise ValueError(f"{msg}; |A v − b| = {float(cmax):.3g}")

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import quick_compiled
+from .._internal.tracing import is_traced
 from ..lie import SE2, SO3, LieGroup, Rn
 from ..lie._math import mv
 from .base import check_finite, check_spd
@@ -48,7 +49,7 @@ def _scalar(value, name, where, positive=True):
     if a.shape != ():
         raise ValueError(f"{where}: argument '{name}' must be a scalar, got shape {a.shape}")
     a = check_finite(a, name, where)
-    if positive and not isinstance(a, jax.core.Tracer) and not bool(np.asarray(a) > 0):
+    if positive and not is_traced(a) and not bool(np.asarray(a) > 0):
         raise ValueError(f"{where}: argument '{name}' must be positive, got {float(a)}")
     return a
 
@@ -693,7 +694,7 @@ class SuslovProblem(AbstractNonholonomicSystem):
         if a.shape != (3,):
             raise ValueError(f"{where}: argument 'a' must have shape (3,), got {a.shape}")
         a = check_finite(a, "a", where)
-        if not isinstance(a, jax.core.Tracer) and not bool(np.linalg.norm(np.asarray(a)) > 0):
+        if not is_traced(a) and not bool(np.linalg.norm(np.asarray(a)) > 0):
             raise ValueError(f"{where}: argument 'a' must be nonzero")
         self.a = a
 

@@ -14,10 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
 from .._internal.warn import warn
 from .._linalg import spd_inverse
 from ..lie import SE3, SO3, LieGroup
-from ..lie.so3 import _hat3
+from ..lie.so3 import hat3
 from .base import AbstractLieGroupSystem, LieGroupState, check_finite, check_potential, check_spd
 
 __all__ = [
@@ -134,16 +135,16 @@ class RigidBodyState(eqx.Module):
 
 
 def _inertia3(inertia, where):
-    I = jnp.asarray(inertia) if isinstance(inertia, jax.core.Tracer) else np.asarray(inertia)
+    I = jnp.asarray(inertia) if is_traced(inertia) else np.asarray(inertia)
     if not jnp.issubdtype(I.dtype, jnp.inexact):
         I = I.astype(jnp.result_type(float))
     if I.shape == (3,):
         check_finite(I, "inertia", where)
-        if not isinstance(I, jax.core.Tracer) and bool(np.any(np.asarray(I) <= 0)):
+        if not is_traced(I) and bool(np.any(np.asarray(I) <= 0)):
             raise ValueError(
                 f"{where}: argument 'inertia' (principal moments) must be positive, got {I}"
             )
-        I = np.diag(np.asarray(I)) if not isinstance(I, jax.core.Tracer) else jnp.diag(I)
+        I = np.diag(np.asarray(I)) if not is_traced(I) else jnp.diag(I)
     elif I.shape != (3, 3):
         raise ValueError(
             f"{where}: argument 'inertia' must be principal moments (3,) or an SPD (3, 3) matrix, got shape {I.shape}"
@@ -182,7 +183,7 @@ class RigidBody(EulerPoincareSystem):
         # principal moments given: the body frame is the principal frame (static fast paths)
         self.principal_axes = np.shape(inertia) == (3,)
         I = _inertia3(inertia, "RigidBody")
-        if not generalized and not isinstance(I, jax.core.Tracer):
+        if not generalized and not is_traced(I):
             _warn_triangle(np.asarray(I))
         super().__init__(SO3, I, potential, force)
 
@@ -215,7 +216,7 @@ def newton_euler_inertia(mass, inertia_com, com=None):
     m = jnp.asarray(mass, dtype=jnp.result_type(float))
     Ic = _inertia3(inertia_com, "newton_euler_inertia")
     c = jnp.zeros(3, Ic.dtype) if com is None else jnp.asarray(com, Ic.dtype)
-    C = _hat3(c)
+    C = hat3(c)
     top = jnp.concatenate([Ic + m * (jnp.dot(c, c) * jnp.eye(3) - jnp.outer(c, c)), m * C], 1)
     bottom = jnp.concatenate([m * C.T, m * jnp.eye(3)], 1)
     return jnp.concatenate([top, bottom], 0)
@@ -256,7 +257,7 @@ class RigidBodySE3(EulerPoincareSystem):
                 raise ValueError(
                     f"RigidBodySE3: argument 'mass' must be a scalar, got shape {m.shape}"
                 )
-            if not isinstance(m, jax.core.Tracer) and not bool(np.asarray(m) > 0):
+            if not is_traced(m) and not bool(np.asarray(m) > 0):
                 raise ValueError(f"RigidBodySE3: argument 'mass' must be positive, got {float(m)}")
             H = newton_euler_inertia(m, inertia, com)
         super().__init__(SE3, check_spd(H, "inertia6", "RigidBodySE3", 6), potential, force)

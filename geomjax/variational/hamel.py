@@ -63,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.tracing import is_traced
 from ..systems.base import AbstractSystem, check_finite
 from .system import LagrangianSystem, _solve
 
@@ -92,10 +93,6 @@ def frame_rcond(A, E):
     nA = jnp.max(jnp.sum(jnp.abs(A), -1), -1)
     nE = jnp.max(jnp.sum(jnp.abs(E), -1), -1)
     return 1.0 / (nA * nE)
-
-
-def _is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
 
 
 class HamelSystem(AbstractSystem):
@@ -366,7 +363,7 @@ class HamelSystem(AbstractSystem):
             f"A(q) below {tol:.3g}): the quasi-velocities do not describe the motion there "
             "(e.g. Euler angles at gimbal lock)"
         )
-        if _is_traced(bad):
+        if is_traced(bad):
             return eqx.error_if(q, bad, msg)
         if bool(bad):
             raise ValueError(msg)
@@ -404,7 +401,7 @@ class HamelSystem(AbstractSystem):
             f"{where}: argument '{name}' violates the constraints v_c = 0 for the constrained "
             f"quasi-velocities {self.constrained}"
         )
-        if _is_traced(bad):
+        if is_traced(bad):
             return eqx.error_if(v, bad, msg)
         if bool(bad):
             raise ValueError(msg)

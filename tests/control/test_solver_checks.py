@@ -339,7 +339,7 @@ def test_backward_pass_equals_a_plain_reference(bounded, second_order):
     stacked Jacobian, the box QP that stops once settled) against the plain recursion above on
     random linearizations: gains, value derivatives and expected-improvement terms agree to
     round-off, for iLQR and DDP, with and without control bounds."""
-    from geomjax.control.trajopt.backward import _backward
+    from geomjax.control.trajopt.backward import backward_pass
 
     limit = 0.1
     prob = _problem(3, torque_max=limit if bounded else None)
@@ -349,7 +349,7 @@ def test_backward_pass_equals_a_plain_reference(bounded, second_order):
 
     def ours(J, grad, hess, VxN, VxxN, gaps, us, kp):
         lin = dict(gap=gaps, J=J, grad=grad, hess=hess)
-        return _backward(prob, solver, lin, VxN, VxxN, gaps, prob.rollout(us), us, kp, reg)
+        return backward_pass(prob, solver, lin, VxN, VxxN, gaps, prob.rollout(us), us, kp, reg)
 
     def reference(J, grad, hess, VxN, VxxN, gaps, us, kp):
         xs = prob.rollout(us)

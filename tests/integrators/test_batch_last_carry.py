@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import geomjax as gj
+from geomjax._internal.tracing import vmap_batched
 from geomjax.integrators import _so3_soa as soa
-from geomjax.integrators.simulate import _vmapped
 from geomjax.systems import HeavyTop
 
 I = jnp.array([0.9, 1.0, 0.4])
@@ -47,7 +47,7 @@ def test_vmapped_simulate_is_detected():
     seen = []
 
     def f(x):
-        seen.append(_vmapped(x))
+        seen.append(vmap_batched(x, if_unknown=False))
         return x
 
     jax.vmap(f)(jnp.ones(2))

@@ -279,3 +279,67 @@ def test_configuration_dependent_inertia_identified_from_dop853_records():
     ).check()
     a, std = float(res.values[0]), float(res.std[0])
     assert abs(a - 0.3) < 3 * std and abs(a - 0.3) < 0.03 * 0.3
+
+
+def _central(f, g, G, eps):
+    """Central differences ``d/dε f(g exp(εη))`` along the basis of the Lie algebra, by the
+    group's exponential (the system differentiates through the Cayley map)."""
+    return np.array(
+        [
+            (float(f(G.compose(g, G.exp(eps * e)))) - float(f(G.compose(g, G.exp(-eps * e)))))
+            / (2 * eps)
+            for e in np.eye(G.dim)
+        ]
+    )
+
+
+def _se3_learned():
+    mass, J = 1.3, np.diag([0.02, 0.03, 0.04])
+    M0 = _se3_inertia(mass, J)
+    k1, k2 = jax.random.split(jax.random.PRNGKey(5))
+    I = NeuralInertia(
+        6, k1, n_in=9, features=_attitude, width=8, depth=1, scale=0.02, prior=lambda g: M0
+    )
+    return GroupLagrangianSystem(gj.SE3, _randomize_last_layer(I, k2, 0.3))
+
+
+@pytest.mark.parametrize("group", ["SO3", "SE3"])
+def test_configuration_force_and_discrete_momenta_against_central_differences(group):
+    """A configuration-dependent inertia: ``D_g L`` (the continuous equations' configuration
+    force) against central differences of ``L(g exp(εη), ξ)``, and the discrete Legendre
+    transforms of the step, ``p⁺ = −D₁L_d`` and ``p⁻ = D₂L_d``, against central differences of
+    the trapezoidal discrete Lagrangian ``L_d(g₀, g₁) = h/2 [L(g₀, ξ) + L(g₁, ξ)]``,
+    ``ξ = cay⁻¹(g₀⁻¹g₁)/h``, in each argument (both carry ``½ ∂_g(ξᵀ I(g) ξ)``).  No
+    potential: every configuration derivative here is the inertia's."""
+    from geomjax.integrators.nonholonomic import discrete_momenta
+
+    rng = np.random.default_rng(11)
+    if group == "SO3":
+        sys, G = GroupLagrangianSystem(gj.SO3, learned_inertia()), gj.SO3
+        points = [(gj.SO3.exp(jnp.asarray(rng.normal(size=3))), rng.normal(size=3)) for _ in "ab"]
+    else:
+        sys, G = _se3_learned(), gj.SE3
+        points = [(G.exp(jnp.asarray(rng.normal(size=6))), rng.normal(size=6)) for _ in "ab"]
+    x = jnp.zeros((0,))
+    h = 0.05
+    force = jax.jit(lambda g, v: sys.configuration_force(g, x, v))
+    momenta = jax.jit(lambda g, v: discrete_momenta(sys, g, x, v, h)[:3])
+    lagrangian = jax.jit(lambda g, v: sys.lagrangian(g, x, v))
+
+    @jax.jit
+    def L_d(g0, g1):
+        xi = G.cay_inv(G.between(g0, g1)) / h
+        return 0.5 * h * (sys.lagrangian(g0, x, xi) + sys.lagrangian(g1, x, xi))
+
+    for g, v in points:
+        v = jnp.asarray(v)
+        fd = _central(lambda q, v=v: lagrangian(q, v), g, G, 1e-5)
+        f = np.asarray(force(g, v))
+        np.testing.assert_allclose(f, fd, atol=1e-7 * (1 + np.abs(fd).max()))
+        assert np.abs(f).max() > 1e-3  # far above the differences' error
+
+        p_plus, p_minus, g1 = (np.asarray(a) for a in momenta(g, v))
+        d1 = _central(lambda q, g1=g1: L_d(q, g1), g, G, 1e-6)
+        d2 = _central(lambda q, g=g: L_d(g, q), g1, G, 1e-6)
+        np.testing.assert_allclose(p_plus, -d1, atol=1e-7 * (1 + np.abs(d1).max()))
+        np.testing.assert_allclose(p_minus, d2, atol=1e-7 * (1 + np.abs(d2).max()))

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from ..._linalg import small_cho_solve, small_cholesky
-from .linearize import _dynamics_curvature
-from .problem import _index
+from .linearize import dynamics_curvature
+from .problem import tree_index
 
 __all__ = ["box_qp"]
 
@@ -81,8 +81,8 @@ def box_qp(H, g, lower, upper, x0, iters: int = 20, line_steps: int = 12):
     return x, free, L, ok
 
 
-def _backward_placeholder(problem, n):
-    """Zeros of the structure, shapes and dtypes of :func:`_backward`'s ``(out, ok)``: the
+def backward_pass_placeholder(problem, n):
+    """Zeros of the structure, shapes and dtypes of :func:`backward_pass`'s ``(out, ok)``: the
     initial carry of a loop whose body runs the backward pass (known without tracing it: an
     ``eval_shape`` of the pass traced it, DDP's curvature terms included, a second time —
     1.7 s of the 40-node attitude DDP solve's ~5 s of tracing, measured on a loaded 2-core CPU)."""
@@ -99,7 +99,7 @@ def _backward_placeholder(problem, n):
     return out, jnp.zeros((), bool)
 
 
-def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg):
+def backward_pass(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg):
     """The Riccati recursion with the box QP; returns gains, value derivatives, the expected
     improvement pieces and whether every factorization succeeded."""
     n = Vx_N.shape[0]
@@ -116,7 +116,7 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg)
         Q = li["hess"] + J.T @ VJ
         q = li["grad"] + Vx_eff @ J
         if solver.second_order:
-            Q = Q + _dynamics_curvature(problem, x, u, xn, t, Vx_eff)
+            Q = Q + dynamics_curvature(problem, x, u, xn, t, Vx_eff)
         Qx, Qu = q[:n], q[n:]
         Qxx, Qux = Q[:n, :n], Q[n:, :n]
         Quu = 0.5 * (Q[n:, n:] + Q[n:, n:].T)
@@ -141,7 +141,14 @@ def _backward(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg)
         out = dict(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu_k, ok=ok)
         return (Vx1, Vxx1), out
 
-    inputs = (lin, gaps_next, us, k_prev, _index(xs, slice(None, -1)), _index(xs, slice(1, None)))
+    inputs = (
+        lin,
+        gaps_next,
+        us,
+        k_prev,
+        tree_index(xs, slice(None, -1)),
+        tree_index(xs, slice(1, None)),
+    )
     (_, _), out = jax.lax.scan(body, (Vx_N, Vxx_N), (*inputs, problem.times), reverse=True)
     ok = jnp.all(out["ok"]) & jnp.all(jnp.isfinite(out["Vxx"])) & jnp.all(jnp.isfinite(out["k"]))
     return out, ok

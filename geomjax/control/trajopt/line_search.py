@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .problem import _index, _node_cost, _terminal_cost
+from .problem import node_cost, terminal_node_cost, tree_index
 
 
 def _forward(problem, xs, us, gaps, K, k, alpha, feasible, duals):
@@ -14,13 +14,13 @@ def _forward(problem, xs, us, gaps, K, k, alpha, feasible, duals):
     trajectory, its cost and the deviations ``x ⊖ x̄`` ``(steps + 1, n)``."""
     sys, chart = problem.system, problem.chart
     rho = duals.penalty
-    x_run = _index(xs, slice(None, -1))
+    x_run = tree_index(xs, slice(None, -1))
 
     def body(x, inp):
         xb, ub, Kk, kk, g_next, t, le, li = inp
         dx = chart.minus(sys, x, xb)
         u = jnp.clip(ub + alpha * kk + Kk @ dx, problem.lower, problem.upper)
-        c = _node_cost(problem, t, x, u, le, li, rho)
+        c = node_cost(problem, t, x, u, le, li, rho)
         xn = problem.step(x, u, t)
         xn = jax.lax.cond(
             feasible,
@@ -31,14 +31,14 @@ def _forward(problem, xs, us, gaps, K, k, alpha, feasible, duals):
 
     inputs = (x_run, us, K, k, gaps, problem.times, duals.path_eq, duals.path_ineq)
     xN, (x_new, u_new, c, dx) = jax.lax.scan(body, problem.state0, inputs)
-    dxN = chart.minus(sys, xN, _index(xs, -1))
-    cost = jnp.sum(c) + _terminal_cost(problem, xN, duals.term_eq, duals.term_ineq, rho)
+    dxN = chart.minus(sys, xN, tree_index(xs, -1))
+    cost = jnp.sum(c) + terminal_node_cost(problem, xN, duals.term_eq, duals.term_ineq, rho)
     xs_new = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), x_new, xN)
     cost = jnp.where(jnp.isfinite(cost), cost, jnp.inf)
     return xs_new, u_new, cost, jnp.concatenate([dx, dxN[None]])
 
 
-def _line_search(problem, solver, s, gaps, out, f_all, Vxx, dg, dq, search):
+def line_search_pass(problem, solver, s, gaps, out, f_all, Vxx, dg, dq, search):
     """Step lengths ``α = 1, ½, …`` tried in order (while ``search``): the forward pass of each
     and its actual cost decrease against the expected one ``α (d₁ + α d₂/2)`` (crocoddyl's FDDP
     rule, the gaps' terms included).  Returns ``(accepted, xs, us, cost, α)``."""

@@ -7,15 +7,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .problem import ResidualCost, _index
+from .problem import ResidualCost, tree_index
 
 
-def _linearize(problem, xs, us, duals):
+def linearize_nodes(problem, xs, us, duals):
     """Per-node derivatives in the chart (vmapped over the horizon) and the terminal ones."""
     sys, chart = problem.system, problem.chart
-    x_run = _index(xs, slice(None, -1))
-    x_next = _index(xs, slice(1, None))
-    xN = _index(xs, -1)
+    x_run = tree_index(xs, slice(None, -1))
+    x_next = tree_index(xs, slice(1, None))
+    xN = tree_index(xs, -1)
     n = chart.dim(sys, problem.state0)
     dtype = problem.dtype
 
@@ -85,7 +85,7 @@ def _node_map(problem, x, u, xn, t):
     return F
 
 
-def _dynamics_curvature(problem, x, u, xn, t, v):
+def dynamics_curvature(problem, x, u, xn, t, v):
     """DDP's second-order dynamics term ``v · ∂²F`` ``(n + m, n + m)``: the Hessian of the scalar
     ``z ↦ v · F(z)`` at 0 (forward-over-reverse: ``n + m`` Hessian-vector products, instead of
     the ``(n + m)²`` directions of the full tensor ``∂²F`` that is then contracted)."""

@@ -16,7 +16,7 @@ def iterate(problem, solver, state, monitor: bool = False):
     """Run ``solver.step`` until ``solver.terminate`` says done, as one ``lax.while_loop`` (a
     fixed iteration cap lives in the solver's state: jittable and vmappable; a finished member
     of a batch no longer changes).  ``monitor``: report each iteration to the host
-    (:class:`_Monitor`)."""
+    (:class:`Monitor`)."""
 
     def body(s):
         s1 = solver.step(problem, s)
@@ -27,12 +27,12 @@ def iterate(problem, solver, state, monitor: bool = False):
     return jax.lax.while_loop(lambda s: ~solver.terminate(problem, s)[0], body, state)
 
 
-class _Monitor:
+class Monitor:
     """Host side of an eager solve: the wall time at the end of each iteration (reported by
     ``jax.debug.callback`` from the compiled loop) and the tqdm progress bar, created after the
     first iteration (which includes the compilation), as :func:`geomjax.control.optimize` does."""
 
-    active: _Monitor | None = None  # the solve in progress (the callback is one fixed function)
+    active: Monitor | None = None  # the solve in progress (the callback is one fixed function)
 
     def __init__(self, total, progress, desc):
         self.total, self.progress, self.desc = total, progress, desc
@@ -60,6 +60,6 @@ class _Monitor:
 
 
 def _tick(it, cost):
-    m = _Monitor.active
+    m = Monitor.active
     if m is not None:
         m.tick(int(it), float(cost))

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.tracing import is_traced
 from ...integrators.base import AbstractMethod
 from ...systems.base import prepare_systems
 from .chart import AbstractStateChart, default_chart
@@ -18,7 +19,7 @@ from .chart import AbstractStateChart, default_chart
 __all__ = ["Actuated", "OptimalControlProblem", "ResidualCost"]
 
 
-class _WrappedMethod(AbstractMethod):
+class WrappedMethod(AbstractMethod):
     """A method that changes how another one, ``method``, is called (its control, its time):
     order and supported systems are ``method``'s."""
 
@@ -35,7 +36,7 @@ class _WrappedMethod(AbstractMethod):
         return self.method.control_shape(system)
 
 
-class Actuated(_WrappedMethod):
+class Actuated(WrappedMethod):
     """``method`` driven through a constant actuation matrix: the body force of a step is
     ``B u`` for the actuator command ``u`` ``(m,)`` (e.g. four rotor thrusts → a body wrench
     ``(torque, force)`` of a quadrotor).  Any geomjax method; ``B`` ``(dim, m)`` is an array
@@ -154,7 +155,7 @@ class OptimalControlProblem(eqx.Module):
         self.dt = jnp.asarray(dt, dtype)
         if self.dt.shape != ():
             raise ValueError(f"{where}: argument 'dt' must be a scalar, got shape {self.dt.shape}")
-        if not isinstance(self.dt, jax.core.Tracer) and not float(self.dt) > 0:
+        if not is_traced(self.dt) and not float(self.dt) > 0:
             raise ValueError(f"{where}: argument 'dt' must be positive, got {float(self.dt)}")
         self.steps, self.control_dim = int(steps), int(control_dim)
         m = self.control_dim
@@ -166,7 +167,7 @@ class OptimalControlProblem(eqx.Module):
                 raise ValueError(
                     f"{where}: argument '{name}' must have shape ({m},) (control_dim), got {b.shape}"
                 )
-        if not isinstance(lo, jax.core.Tracer) and not isinstance(hi, jax.core.Tracer):
+        if not is_traced(lo) and not is_traced(hi):
             bad = np.asarray(lo) > np.asarray(hi)
             if bad.any():
                 i = int(np.argmax(bad))
@@ -278,14 +279,14 @@ class OptimalControlProblem(eqx.Module):
         xN = jax.tree_util.tree_map(lambda a: a[-1], xs)
         v = jnp.maximum(jnp.max(us - self.upper), jnp.max(self.lower - us))
         v = jnp.maximum(v, 0.0)
-        cE, cI, tE, tI = _constraints(self, self.times, x_run, us, xN)
+        cE, cI, tE, tI = constraint_values(self, self.times, x_run, us, xN)
         for c, eq in ((cE, True), (cI, False), (tE, True), (tI, False)):
             if c.size:
                 v = jnp.maximum(v, jnp.max(jnp.abs(c) if eq else jnp.maximum(c, 0.0)))
         return v
 
 
-def _constraints(problem, ts, x_run, us, xN):
+def constraint_values(problem, ts, x_run, us, xN):
     """Path constraints ``(steps, p)``, ``(steps, q)`` and terminal ``(r,)``, ``(s,)``."""
     p, q, r, s = problem.sizes
     dt = problem.dtype
@@ -297,7 +298,7 @@ def _constraints(problem, ts, x_run, us, xN):
     return cE, cI, tE, tI
 
 
-class _Duals(eqx.Module):
+class Duals(eqx.Module):
     """Multipliers and penalty of the augmented Lagrangian (empty arrays without constraints)."""
 
     path_eq: jax.Array  # (steps, p)
@@ -307,10 +308,10 @@ class _Duals(eqx.Module):
     penalty: jax.Array  # scalar
 
 
-def _zero_duals(problem, penalty=1.0):
+def zero_duals(problem, penalty=1.0):
     p, q, r, s = problem.sizes
     dt, N = problem.dtype, problem.steps
-    return _Duals(
+    return Duals(
         jnp.zeros((N, p), dt),
         jnp.zeros((N, q), dt),
         jnp.zeros((r,), dt),
@@ -330,7 +331,7 @@ def _al_ineq(c, lam, rho):
     return (jnp.dot(z, z) - jnp.dot(lam, lam)) / (2 * rho)
 
 
-def _node_cost(problem, t, x, u, lam_e, lam_i, rho):
+def node_cost(problem, t, x, u, lam_e, lam_i, rho):
     """``dt · l + `` the path constraints' augmented-Lagrangian terms (node ``k < N``)."""
     c = problem.dt * problem.stage_cost(t, x, u)
     p, q, _, _ = problem.sizes
@@ -341,7 +342,7 @@ def _node_cost(problem, t, x, u, lam_e, lam_i, rho):
     return c
 
 
-def _terminal_cost(problem, x, lam_e, lam_i, rho):
+def terminal_node_cost(problem, x, lam_e, lam_i, rho):
     c = jnp.zeros((), problem.dtype) if problem.terminal_cost is None else problem.terminal_cost(x)
     _, _, r, s = problem.sizes
     if r:
@@ -351,14 +352,16 @@ def _terminal_cost(problem, x, lam_e, lam_i, rho):
     return c
 
 
-def _total_cost(problem, xs, us, duals):
+def total_cost(problem, xs, us, duals):
     x_run = jax.tree_util.tree_map(lambda a: a[:-1], xs)
     xN = jax.tree_util.tree_map(lambda a: a[-1], xs)
-    run = jax.vmap(lambda t, x, u, le, li: _node_cost(problem, t, x, u, le, li, duals.penalty))(
+    run = jax.vmap(lambda t, x, u, le, li: node_cost(problem, t, x, u, le, li, duals.penalty))(
         problem.times, x_run, us, duals.path_eq, duals.path_ineq
     )
-    return jnp.sum(run) + _terminal_cost(problem, xN, duals.term_eq, duals.term_ineq, duals.penalty)
+    return jnp.sum(run) + terminal_node_cost(
+        problem, xN, duals.term_eq, duals.term_ineq, duals.penalty
+    )
 
 
-def _index(tree, i):
+def tree_index(tree, i):
     return jax.tree_util.tree_map(lambda a: a[i], tree)

@@ -8,6 +8,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from ..._internal.warn import renamed_attribute
 from ...integrators.simulate import ConvergenceError
 
 __all__ = ["OCPSolution"]
@@ -63,6 +64,11 @@ class OCPSolution(eqx.Module):
     iterations: jax.Array
     history: dict
     duals: Any
+
+    # former names (deprecated): the changelog's table of deprecated names
+    xs = renamed_attribute("OCPSolution", "xs", "states")
+    us = renamed_attribute("OCPSolution", "us", "controls")
+    result = renamed_attribute("OCPSolution", "result", "status")
 
     @property
     def stop_reason(self) -> str:

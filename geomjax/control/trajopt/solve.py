@@ -12,8 +12,9 @@ import numpy as np
 
 from ..._internal import compile_cache
 from ..._internal.eager import LEGACY_EMITTERS, top_level_options
+from ..._internal.tracing import any_traced, is_traced
 from ..._internal.warn import renamed
-from .loop import _Monitor, iterate
+from .loop import Monitor, iterate
 from .problem import OptimalControlProblem
 from .solution import NONFINITE, OCPSolution
 from .solvers import DDP, AbstractOCPSolver
@@ -149,10 +150,7 @@ def solve_ocp(
     solver = jax.tree_util.tree_map(
         lambda v: jnp.asarray(v, problem.dtype) if isinstance(v, float) else v, solver
     )
-    eager = not any(
-        isinstance(leaf, jax.core.Tracer)
-        for leaf in jax.tree_util.tree_leaves((problem, solver, us, xs))
-    )
+    eager = not any_traced(problem, solver, us, xs)
     if not eager:
         sol = solve(problem, solver, us, xs, int(max_iters))
     else:
@@ -169,21 +167,21 @@ def solve_ocp(
         else:
             name = type(solver).__name__
             bar = progress is None or bool(progress)
-            monitor = _Monitor(int(max_iters), bar, f"solve_ocp {name}")
-            previous, _Monitor.active = _Monitor.active, monitor
+            monitor = Monitor(int(max_iters), bar, f"solve_ocp {name}")
+            previous, Monitor.active = Monitor.active, monitor
             try:
                 sol = solve(problem, solver, us, xs, int(max_iters), True)
                 jax.block_until_ready(sol.controls)
                 jax.effects_barrier()
             finally:
-                _Monitor.active = previous
+                Monitor.active = previous
                 monitor.close()
             n = min(len(monitor.times), t.size)
             t[:n] = monitor.times[:n]
         history = dict(sol.history, time=jnp.asarray(t, problem.dtype))
         sol = eqx.tree_at(lambda s_: s_.history, sol, history)
     r = sol.status
-    if not isinstance(r, jax.core.Tracer) and np.asarray(r).shape == () and int(r) == NONFINITE:
+    if not is_traced(r) and np.asarray(r).shape == () and int(r) == NONFINITE:
         raise ValueError(
             "solve_ocp: the cost (argument 'stage_cost' or 'terminal_cost' of the problem) or the "
             "dynamics returned NaN or inf at the initial guess (arguments 'controls'/'states')"

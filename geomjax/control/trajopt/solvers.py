@@ -19,11 +19,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .backward import _backward, _backward_placeholder
-from .line_search import _line_search
-from .linearize import _linearize
+from .backward import backward_pass, backward_pass_placeholder
+from .line_search import line_search_pass
+from .linearize import linearize_nodes
 from .loop import iterate
-from .problem import _constraints, _Duals, _index, _total_cost, _zero_duals
+from .problem import Duals, constraint_values, total_cost, tree_index, zero_duals
 from .solution import CONSTRAINTS, MAX_ITERS, NONFINITE, REG_LIMIT, SUCCESSFUL, OCPSolution
 
 __all__ = ["DDP", "ILQR", "AbstractDDPSolver", "AbstractOCPSolver", "AugmentedLagrangian"]
@@ -157,7 +157,8 @@ def _node_times(problem):
     return problem.dt * jnp.arange(problem.steps + 1, dtype=problem.dtype)
 
 
-def _default_tol(solver, dtype):
+def default_tol(solver, dtype):
+    """The solver's convergence tolerance ``tol``, or its default for ``dtype``."""
     if solver.tol is not None:
         return solver.tol
     return 1e-10 if jnp.finfo(dtype).bits > 32 else 1e-5
@@ -183,10 +184,10 @@ def _ddp_init(solver, problem, xs, us, feasible, max_iters, duals=None, k=None):
     dtype = problem.dtype
     n = problem.chart.dim(problem.system, problem.state0)
     m, N = problem.control_dim, problem.steps
-    duals = _zero_duals(problem) if duals is None else duals
+    duals = zero_duals(problem) if duals is None else duals
     nan = jnp.full((max_iters,), jnp.nan, dtype)
     hist = dict(cost=nan, gap=nan, reg=nan, step=nan, stop=nan, time=nan)
-    cost0 = _total_cost(problem, xs, us, duals)
+    cost0 = total_cost(problem, xs, us, duals)
     finite0 = jnp.isfinite(cost0)
     return _DDPState(
         xs=xs,
@@ -209,14 +210,14 @@ def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
     dtype = problem.dtype
     n = problem.chart.dim(problem.system, problem.state0)
     max_iters = s.hist["cost"].shape[0]
-    tol = _default_tol(solver, dtype)
+    tol = default_tol(solver, dtype)
     duals = s.duals
-    lin, VxN, VxxN = _linearize(problem, s.xs, s.us, duals)
+    lin, VxN, VxxN = linearize_nodes(problem, s.xs, s.us, duals)
     gaps = jnp.where(s.feasible, 0.0, lin["gap"])
 
     # backward pass, raising the regularization until every factorization succeeds
     def bw(reg):
-        return _backward(problem, solver, lin, VxN, VxxN, gaps, s.xs, s.us, s.k, reg)
+        return backward_pass(problem, solver, lin, VxN, VxxN, gaps, s.xs, s.us, s.k, reg)
 
     # the backward pass appears once in the program (inside the loop, run at least once):
     # a first call outside it would double the compiled code (DDP's curvature terms most)
@@ -230,7 +231,7 @@ def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
         out, ok = bw(reg)
         return reg, out, ok, jnp.zeros((), bool)
 
-    out0, ok0 = _backward_placeholder(problem, n)
+    out0, ok0 = backward_pass_placeholder(problem, n)
     init = (s.reg, out0, ok0, jnp.ones((), bool))
     reg, out, ok, _ = jax.lax.while_loop(retry_cond, retry_body, init)
     Vx = jnp.concatenate([out["Vx"], VxN[None]])
@@ -241,7 +242,7 @@ def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
     stop = jnp.abs(dg + 0.5 * dq)
     converged = ok & s.feasible & (stop <= tol * (1 + jnp.abs(s.cost)))
 
-    accepted, xs_t, us_t, cost_t, a = _line_search(
+    accepted, xs_t, us_t, cost_t, a = line_search_pass(
         problem, solver, s, gaps, out, f_all, Vxx, dg, dq, ok & ~converged
     )
     step = jnp.where(accepted, a, 0.0)
@@ -303,7 +304,7 @@ def _ddp_postprocess(problem, s: _DDPState) -> OCPSolution:
 class _ALState(eqx.Module):
     xs: Any
     us: jax.Array
-    duals: _Duals
+    duals: Duals
     v: jax.Array  # largest constraint violation
     feasible: jax.Array
     it: jax.Array  # outer iterations
@@ -317,8 +318,8 @@ class _ALState(eqx.Module):
 
 
 def _violations(problem, xs, us):
-    x_run, xN = _index(xs, slice(None, -1)), _index(xs, -1)
-    return _constraints(problem, problem.times, x_run, us, xN)
+    x_run, xN = tree_index(xs, slice(None, -1)), tree_index(xs, -1)
+    return constraint_values(problem, problem.times, x_run, us, xN)
 
 
 def _max_violation(c, dtype):
@@ -340,7 +341,7 @@ def _al_init(solver, problem, xs, us, feasible, max_outer):
     return _ALState(
         xs=xs,
         us=us,
-        duals=_zero_duals(problem, solver.penalty_init),
+        duals=zero_duals(problem, solver.penalty_init),
         v=_max_violation(_violations(problem, xs, us), dtype),
         feasible=jnp.asarray(feasible),
         it=jnp.zeros((), jnp.int32),
@@ -366,7 +367,7 @@ def _al_step(solver, problem, c: _ALState) -> _ALState:
     d = c.duals
     rho = d.penalty
     cE, cI, tE, tI = cons
-    duals = _Duals(
+    duals = Duals(
         d.path_eq + rho * cE,
         jnp.maximum(d.path_ineq + rho * cI, 0.0),
         d.term_eq + rho * tE,
