@@ -573,6 +573,8 @@ def run_mpc(
     problem, controller = _checked(where, problem, controller)
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"{where}: argument 'steps' must be a positive int, got {steps!r}")
+    if warn not in (True, False):
+        raise ValueError(f"{where}: argument 'warn' must be True or False, got {warn!r}")
     plant_system = problem.system if plant_system is None else plant_system
     plant_method = problem.method if plant_method is None else plant_method
     if not isinstance(plant_method, AbstractMethod):

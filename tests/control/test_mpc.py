@@ -174,6 +174,8 @@ def test_bad_input_names_the_argument():
     model = _model()
     with pytest.raises(ValueError, match="'steps'"):
         run_mpc(model, steps=0)
+    with pytest.raises(ValueError, match="'warn'"):
+        run_mpc(model, steps=3, warn="yes")
     with pytest.raises(ValueError, match="'horizon'"):
         MPC(horizon=0)
     with pytest.raises(ValueError, match="'iterations'"):
