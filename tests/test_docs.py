@@ -171,6 +171,16 @@ def check_control(ns):
     replay = gj.simulate(ns["plant"], gj.RKMK4(), problem.state0, 0.2, 30, res.controls)
     np.testing.assert_allclose(replay.states.R, res.states.R, atol=1e-12)
     assert float(res.error[-1]) < 0.3 * float(res.error[0])
+    # the heavier quadrotor: within 2 cm of the goal from step 40 on, read from the plant's
+    # position, and healthy; the plant too heavy for its thrust limits falls and is flagged
+    quad, flight, goal = ns["quad"], ns["flight"], np.array([2.0, 1.0, 1.5])
+    miss = np.linalg.norm(np.asarray(flight.states.g[:, :3, 3]) - goal, axis=-1)
+    assert miss[40:].max() <= 0.02 and miss[-1] <= 0.004
+    assert bool(flight.healthy) and "healthy" in ns["flight"].summary()
+    np.testing.assert_allclose(float(quad.potential.mass), 1.1 * 1.477, rtol=1e-12)
+    heavy = ns["heavy"]
+    assert float(heavy.states.g[-1, 2, 3]) < -1.0
+    assert bool(heavy.diverging) and not bool(heavy.healthy)
     # the derivative of the optimum against central differences of re-solved problems
     np.testing.assert_allclose(float(ns["dJ"]), float(ns["fd"]), rtol=1e-6)
     # the persistent cache: the solve's program written to the directory, the same optimum

@@ -4,7 +4,8 @@ The optimal-control problems are the factories, each returning an
 :class:`~geomjax.control.trajopt.OptimalControlProblem` for
 :func:`~geomjax.control.trajopt.solve_ocp` and :func:`~geomjax.control.run_mpc`:
 :func:`attitude_problem` (SO(3), torques), :func:`pose_problem` (SE(3), wrenches),
-:func:`quadrotor_problem` (crocoddyl's quadrotor), :func:`cartpole_problem`,
+:func:`quadrotor_problem` (crocoddyl's quadrotor; :func:`quadrotor_system` builds its body with
+another mass, e.g. a plant), :func:`cartpole_problem`,
 :func:`rolling_ball_problem` and :func:`spacecraft_problem` (base velocities of base-controlled
 systems).  For first-order optimization with :func:`~geomjax.control.optimize` the classes below
 are small :class:`equinox.Module` s with ``initial_params()``, ``loss(params)``,
@@ -35,7 +36,9 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from .._internal.tracing import is_traced
 from ..integrators.euler import SemiImplicitEuler
 from ..integrators.lgvi import LGVI
 from ..integrators.simulate import simulate
@@ -61,6 +64,7 @@ __all__ = [
     "pose_problem",
     "quadrotor_actuation",
     "quadrotor_problem",
+    "quadrotor_system",
     "rolling_ball_problem",
     "sine_basis_controls",
     "spacecraft_problem",
@@ -591,6 +595,32 @@ def quadrotor_actuation(d_cog=QUADROTOR["d_cog"], cf=QUADROTOR["cf"], cm=QUADROT
     return jnp.asarray(torque + force, jnp.result_type(float))
 
 
+def quadrotor_system(mass=None, inertia=None, dtype=None, *, mass_scale=1.0):
+    """The quadrotor as a :class:`~geomjax.RigidBodySE3` under gravity, its one mass in both
+    places: the body's inertia (``m`` in the generalized inertia) and the gravity potential
+    (``m g z``).  ``mass`` (default crocoddyl's 1.477 kg) times ``mass_scale``; ``inertia`` the
+    principal inertia about the centre of mass (default crocoddyl's, unchanged by the mass: a
+    payload at the centre of mass).  E.g. the plant of a model 10 % too light:
+    ``quadrotor_system(mass_scale=1.1)``."""
+    from ..systems.potentials import SE3Gravity
+
+    c = QUADROTOR
+    dtype = dtype or jnp.result_type(float)
+    base = c["mass"] if mass is None else mass
+    for name, v in (("mass", base), ("mass_scale", mass_scale)):
+        if np.shape(v) != () or (not is_traced(v) and not float(v) > 0):
+            raise ValueError(
+                f"quadrotor_system: argument '{name}' must be a positive scalar, got {v!r}"
+            )
+    m = jnp.asarray(base, dtype) * jnp.asarray(mass_scale, dtype)
+    inertia = jnp.asarray(c["inertia"] if inertia is None else inertia, dtype)
+    if inertia.shape != (3,):
+        raise ValueError(
+            f"quadrotor_system: argument 'inertia' must have shape (3,), got {inertia.shape}"
+        )
+    return RigidBodySE3(m, inertia, potential=SE3Gravity(m, jnp.asarray(c["gravity"], dtype)))
+
+
 class _QuadrotorResidual(eqx.Module):
     """crocoddyl's running residuals stacked: xReg ``(log g, ξ)`` (12), uReg ``u`` (4),
     trackPose ``log(g_target⁻¹ g)`` (6)."""
@@ -618,6 +648,8 @@ def quadrotor_problem(
     *,
     system=None,
     actuation=None,
+    mass=None,
+    tracking_weight=1e-2,
 ):
     """crocoddyl's quadrotor example (``examples/quadrotor_fwddyn.py``; ``bounded=True``: the
     thrust limits ``0.1 ≤ f_i ≤ 5`` of ``quadrotor_ubound.py``) as an
@@ -630,17 +662,24 @@ def quadrotor_problem(
     :class:`~geomjax.integrators.SemiImplicitEuler` (crocoddyl's integrator); any geomjax method
     (e.g. :class:`~geomjax.LGVI`) can be passed.  ``system`` (a :class:`~geomjax.RigidBodySE3`
     with gravity) and ``actuation`` (the ``(6, 4)`` thrust map) replace crocoddyl's, e.g. by an
-    identified model (:class:`geomjax.learn.problems.QuadrotorModel`)."""
-    from ..systems.potentials import SE3Gravity
+    identified model (:class:`geomjax.learn.problems.QuadrotorModel`).  ``mass``: the model's
+    mass (kg), in its inertia and its gravity alike (:func:`quadrotor_system`).
+    ``tracking_weight``: the running pose-tracking weight (crocoddyl's trackPose, 1e-2); under
+    model predictive control a larger one (0.1) pulls the plant to the target sooner (see the
+    control guide's MPC section)."""
     from .trajopt import Actuated, OptimalControlProblem, ResidualCost
 
     c = QUADROTOR
     dtype = dtype or jnp.result_type(float)
     if system is None:
-        system = RigidBodySE3(
-            jnp.asarray(c["mass"], dtype),
-            jnp.asarray(c["inertia"], dtype),
-            potential=SE3Gravity(c["mass"], c["gravity"]),
+        try:
+            system = quadrotor_system(mass, dtype=dtype)
+        except ValueError as e:
+            raise ValueError(f"quadrotor_problem: {e}".replace("quadrotor_system: ", "")) from e
+    elif mass is not None:
+        raise ValueError(
+            "quadrotor_problem: pass argument 'mass' or 'system', not both (build the system "
+            "with quadrotor_system(mass=...))"
         )
     elif not isinstance(system, RigidBodySE3):
         raise ValueError(
@@ -655,8 +694,16 @@ def quadrotor_problem(
     g_target = SE3.from_rotation_translation(jnp.eye(3, dtype=dtype), jnp.asarray(target, dtype))
     # crocoddyl: xReg weight 1e-6 with activation weights 1e3 (rotation, velocity) and 0.1
     # (translation); uReg 1e-6; trackPose 1e-2; goalPose (terminal) 3
-    w = [1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1e-2] * 6
-    stage = ResidualCost(_QuadrotorResidual(g_target, system), jnp.asarray(w, dtype))
+    if np.shape(tracking_weight) != () or (
+        not is_traced(tracking_weight) and not float(tracking_weight) >= 0
+    ):
+        raise ValueError(
+            "quadrotor_problem: argument 'tracking_weight' must be a non-negative scalar, got "
+            f"{tracking_weight!r}"
+        )
+    w = jnp.asarray([1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1.0] * 6, dtype)
+    w = w.at[-6:].multiply(jnp.asarray(tracking_weight, dtype))
+    stage = ResidualCost(_QuadrotorResidual(g_target, system), w)
     terminal = ResidualCost(_PoseResidual(g_target), jnp.asarray(3.0, dtype), terminal=True)
     x0 = LieGroupState(jnp.eye(4, dtype=dtype), jnp.zeros(6, dtype))
     kw = {}

@@ -32,6 +32,7 @@ import numpy as np
 from .._internal.eager import top_level_options
 from .._internal.tracing import any_traced, is_traced
 from .._internal.warn import renamed, renamed_attribute
+from .._internal.warn import warn as _warn
 from .._internal.xla_flags import (
     no_library_fusion_options,
     program_small_loops,
@@ -40,11 +41,12 @@ from .._internal.xla_flags import (
 from ..integrators.base import AbstractMethod
 from ..integrators.simulate import ConvergenceError
 from ..systems.base import prepare_systems
+from .status import MAX_ITERS, SUCCESSFUL
 from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
-from .status import SUCCESSFUL
 from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
-from .trajopt.problem import WrappedMethod
+from .trajopt.problem import Actuated, WrappedMethod
+from .trajopt.solvers import default_tol
 
 __all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]
 
@@ -80,6 +82,34 @@ class MPC(eqx.Module):
             )
 
 
+#: a capped solve (``max_iters``) whose :attr:`MPCResult.stationarity` exceeds this stopped far
+#: from stationary: its last step fell short of the solver's own prediction by more than 10 % of
+#: the plan's cost (measured: healthy loops mostly below 1e-3 after their first steps, now and
+#: then up to 0.04; failing ones 0.1–1).  Measured against converged re-solves, the
+#: stationarity was about half the plan's true relative suboptimality ``(J − J*)/J``
+STALL_TOL = 0.1
+#: the closed loop is moving away when its largest tracking error (or predicted cost-to-go) over
+#: the last quarter of the run exceeds its initial value and ``1 + GROWTH_TOL`` times its largest
+#: value over the quarter before
+GROWTH_TOL = 0.1
+
+
+def _window(n: int) -> int:
+    return max(1, n // 4)
+
+
+def _grows(a, growth):
+    """``(...,)`` whether the series ``a`` ``(..., n)`` moves away at the end: its largest value
+    over the last quarter exceeds its first value and ``1 + growth`` times its largest value over
+    the quarter before (NaN or inf at the end counts as growth)."""
+    n = a.shape[-1]
+    w = _window(n)
+    last = jnp.max(a[..., n - w :], axis=-1)
+    before = jnp.max(a[..., max(0, n - 2 * w) : n - w], axis=-1)
+    grew = (last > a[..., 0]) & (last > (1 + growth) * before)
+    return grew | ~jnp.isfinite(last)
+
+
 class MPCResult(eqx.Module):
     """The closed loop of :func:`run_mpc` (a pytree: it can leave ``jit``/``vmap``).
 
@@ -95,6 +125,20 @@ class MPCResult(eqx.Module):
         cost: ``(steps,)`` model cost of each step's plan (predicted cost-to-go).
         iterations: ``(steps,)`` solver iterations of each step.
         plan: controls ``(N, m)`` of the last solve (the warm start of a continued run).
+        stationarity: ``(steps,)`` how far each step's plan is from a stationary point of the
+            model problem, relative to its cost: the part of the last iteration's predicted
+            improvement (``|d₁ + d₂/2|``, the quantity of the solver's convergence test) that its
+            step did not deliver, ``|(J_before − J) − |d₁ + d₂/2||``, over ``|J|`` (0 when that
+            part is below the solver's tolerance ``tol·(1 + |J|)``).  Near 0 when the last step landed where the solver's
+            quadratic model said (a converged solve, or a warm-started one that tracks the
+            optimum); of order 1 when the line search cut the step, the step was rejected or
+            the model of the step was poor: the plan is still far from the model's optimum.
+            ``inf`` when no iteration ran or a value was not finite (the status says why).
+
+    Derived (arrays: they work under ``jit``/``vmap``): :attr:`converged`, :attr:`failed`,
+    :attr:`stalled` (a capped solve far from stationary), :attr:`diverging` (the closed loop
+    moves away) and :attr:`healthy`; eagerly, :meth:`summary` says what happened and
+    :meth:`check` raises on an unhealthy loop.
     """
 
     times: jax.Array
@@ -105,6 +149,7 @@ class MPCResult(eqx.Module):
     cost: jax.Array
     iterations: jax.Array
     plan: jax.Array
+    stationarity: jax.Array | None = None
 
     # former name (deprecated): the changelog's table of deprecated names
     result = renamed_attribute("MPCResult", "result", "status")
@@ -125,15 +170,122 @@ class MPCResult(eqx.Module):
         values; a capped but descending solve is not a failure)."""
         return self.status > 1
 
-    def check(self) -> MPCResult:
-        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` if a step's solve broke
-        down (eager only; a solve stopped by the iteration cap is normal in MPC)."""
+    @property
+    def stalled(self):
+        """``(steps,)`` whether a step's solve stopped at its iteration cap far from stationary
+        (:attr:`stationarity` above :data:`STALL_TOL`): its plan is not the model's optimum."""
+        stat = (
+            jnp.full(jnp.shape(self.status), jnp.inf)
+            if self.stationarity is None
+            else (self.stationarity)
+        )
+        return (self.status == MAX_ITERS) & (stat > STALL_TOL)
+
+    @property
+    def stalling(self):
+        """``(...,)`` whether the solves keep stopping far from stationary: more than a quarter of
+        the solves of the last half of the run are :attr:`stalled` (the first solves of a
+        cold-started loop are, and do not count)."""
+        st = self.stalled
+        n = st.shape[-1]
+        tail = st[..., n - max(1, n // 2) :]
+        return jnp.mean(tail, axis=-1) > 0.25
+
+    @property
+    def diverging(self):
+        """``(...,)`` whether the closed loop moves away: the largest tracking error (or
+        predicted cost-to-go) over the last quarter of the run exceeds its initial value and
+        ``1 + GROWTH_TOL`` times its largest value over the quarter before, or is not finite.
+        A loop that converges, or settles (at an offset under a constant disturbance), does not
+        (see :data:`GROWTH_TOL`)."""
+        return _grows(self.error, GROWTH_TOL) | _grows(self.cost, GROWTH_TOL)
+
+    @property
+    def healthy(self):
+        """``(...,)`` no solve broke down, the loop is not :attr:`diverging` and its solves are
+        not :attr:`stalling`."""
+        return ~jnp.any(self.failed, axis=-1) & ~self.diverging & ~self.stalling
+
+    def _problems(self, iterations=None) -> tuple[list[str], list[str]]:
+        """What went wrong (eager, unbatched or batched), and what to change."""
+        if any_traced(self):
+            raise ValueError("MPCResult: call summary()/check() outside jit (values are traced)")
         r = np.asarray(self.status)
+        n = r.shape[-1]
+        found, fixes = [], []
         bad = r > 1
         if bad.any():
             j = np.unravel_index(int(np.argmax(bad)), r.shape)
+            found.append(
+                f"the solve of control step {j[-1]} failed: {_MESSAGES[int(r[j])]} "
+                f"({int(bad.sum())} of {r.size} solves failed)"
+            )
+            fixes.append("check the model, its costs and bounds at the plant's states")
+        div, stalling = np.asarray(self.diverging), np.asarray(self.stalling)
+        if div.any():
+            i = int(np.argmax(div.reshape(-1)))
+            e = np.asarray(self.error).reshape(-1, n + 1)[i]
+            c = np.asarray(self.cost).reshape(-1, n)[i]
+            found.append(
+                f"the closed loop is moving away from its target (tracking error {e[0]:.3g} -> "
+                f"{e[-1]:.3g}, smallest {np.nanmin(e):.3g}; predicted cost-to-go {c[0]:.3g} -> "
+                f"{c[-1]:.3g})"
+            )
+        if stalling.any():
+            i = int(np.argmax(stalling.reshape(-1)))
+            st = np.asarray(self.stalled).reshape(-1, n)[i]
+            stat = np.asarray(self.stationarity).reshape(-1, n)[i]
+            worst = int(np.argmax(np.where(st, stat, -np.inf)))
+            found.append(
+                f"{int(st.sum())} of {n} solves stopped at their iteration cap far from "
+                f"stationary (stationarity above {STALL_TOL}, worst {stat[worst]:.3g} at control "
+                f"step {worst}: plans far from the model's optimum)"
+            )
+        if div.any() or stalling.any():
+            now = f", now {iterations}" if iterations is not None else ""
+            fixes.append(
+                f"use more solver iterations per step (MPC(iterations=...){now}) or a longer "
+                "horizon, warm-start the first plan (controls= an open-loop optimum), or make the "
+                "model closer to the plant (its mass, inertia, disturbances; bounds that can "
+                "hold the plant)"
+            )
+        return found, fixes
+
+    def summary(self, iterations: int | None = None) -> str:
+        """A few lines on the run (eager only): steps, the solves' statuses (converged, capped,
+        capped far from stationary, failed), the tracking error and cost-to-go from start to end,
+        and what went wrong, if anything, with what to change (``iterations``: the setting to
+        name in that advice)."""
+        r = np.asarray(self.status)
+        e = np.asarray(self.error)
+        c = np.asarray(self.cost)
+        n = r.shape[-1]
+        lines = [
+            f"MPC closed loop: {n} control steps" + (f", {r.size // n} runs" if r.ndim > 1 else ""),
+            f"  solves: {int((r == SUCCESSFUL).sum())} converged, {int((r == MAX_ITERS).sum())} "
+            f"stopped at the iteration cap ({int(np.asarray(self.stalled).sum())} of them far "
+            f"from stationary), {int((r > 1).sum())} failed",
+            f"  tracking error: {np.ravel(e[..., 0])[0]:.3g} -> {np.ravel(e[..., -1])[0]:.3g}"
+            + (" (first run)" if r.ndim > 1 else "")
+            + f"; predicted cost-to-go {np.ravel(c[..., 0])[0]:.3g} -> "
+            f"{np.ravel(c[..., -1])[0]:.3g}",
+        ]
+        problems, fixes = self._problems(iterations)
+        lines.append("  " + ("healthy" if not problems else "NOT healthy:"))
+        lines += [f"  - {p}" for p in problems]
+        lines += [f"  what to change: {f}" for f in fixes]
+        return "\n".join(lines)
+
+    def check(self, iterations: int | None = None) -> MPCResult:
+        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` if the loop is not
+        :attr:`healthy` (eager only): a step's solve broke down, the closed loop moves away from
+        its target (:attr:`diverging`), or its solves keep stopping at their iteration cap far
+        from stationary (:attr:`stalling`).  A capped solve near stationary is normal in MPC.
+        The message says what to change.  Returns ``self``."""
+        problems, fixes = self._problems(iterations)
+        if problems:
             raise ConvergenceError(
-                f"run_mpc: the solve of control step {j[-1]} failed: {_MESSAGES[int(r[j])]}"
+                "run_mpc: " + "; ".join(problems) + ". What to change: " + "; ".join(fixes)
             )
         return self
 
@@ -142,7 +294,8 @@ class MPCResult(eqx.Module):
             e = np.asarray(self.error)
             return (
                 f"MPCResult(steps={e.shape[-1] - 1}, final_error={e[..., -1]}, "
-                f"converged={np.asarray(self.converged).mean():.0%})"
+                f"converged={np.asarray(self.converged).mean():.0%}, "
+                f"healthy={np.asarray(self.healthy)})"
             )
         except Exception:
             return "MPCResult(<traced>)"
@@ -299,6 +452,22 @@ def _control_step(problem, controller, plan, x, t):
     return sol.controls[0], plan1, sol
 
 
+def _stationarity(sol, tol):
+    """The estimated relative suboptimality of a solve's plan (:attr:`MPCResult.stationarity`):
+    the part of its last iteration's predicted improvement ``|d₁ + d₂/2|`` that the step did not
+    deliver, ``r = |(J_before − J) − |d₁ + d₂/2||``, over ``|J|``; 0 when ``r`` is below the
+    solver's tolerance ``tol·(1 + |J|)``, ``inf`` when no iteration ran or a value is not
+    finite."""
+    it = sol.iterations
+    i = jnp.maximum(it - 1, 0)
+    stop, before = sol.history["stop"][i], sol.history["cost"][i]
+    J = jnp.abs(sol.cost)
+    r = jnp.abs((before - sol.cost) - stop)
+    small = r <= tol * (1 + J)
+    rel = jnp.where(small, 0.0, r / jnp.where(small, 1.0, J))
+    return jnp.where((it > 0) & jnp.isfinite(r) & jnp.isfinite(J), rel, jnp.inf)
+
+
 @eqx.filter_jit
 def _initial_plan(problem, controls, where):
     """The first plan's controls ``(N, m)``: ``controls`` checked, or zeros."""
@@ -318,6 +487,7 @@ def _run_program(
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
     problem, plant_system = problem.prepared(), prepare_systems(plant_system)
+    tol = jnp.asarray(default_tol(controller.solver, dtype), dtype)
 
     def body(carry, j):
         x, plan = carry
@@ -325,15 +495,16 @@ def _run_program(
         u, plan1, sol = _control_step(problem, controller, plan, x, t)
         d = jnp.zeros((m,), dtype) if disturbance is None else disturbance(t).astype(dtype)
         x1 = plant_method.step(plant_system, x, dt, u + d, t)[0]
-        return (x1, plan1), (x, u, error(t, x), sol.status, sol.cost, sol.iterations)
+        out = (x, u, error(t, x), sol.status, sol.cost, sol.iterations, _stationarity(sol, tol))
+        return (x1, plan1), out
 
-    (xN, plan), (xs, u, err, res, cost, its) = jax.lax.scan(
+    (xN, plan), (xs, u, err, res, cost, its, stat) = jax.lax.scan(
         body, (x0, us), jnp.arange(steps, dtype=jnp.int32)
     )
     times = dt * jnp.arange(steps + 1, dtype=dtype)
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), xs, xN)
     err = jnp.concatenate([err, error(times[-1], xN)[None]])
-    return MPCResult(times, states, u, err, res, cost, its, plan)
+    return MPCResult(times, states, u, err, res, cost, its, plan, stat)
 
 
 # an eager run_mpc is one program, compiled with XLA:CPU's small-loop threshold raised for it
@@ -355,6 +526,7 @@ def run_mpc(
     controller: MPC | None = None,
     controls=None,
     error: Callable | None = None,
+    warn: bool = True,
     us=None,
     x0=None,
 ) -> MPCResult:
@@ -382,6 +554,16 @@ def run_mpc(
             of the target residual, i.e. of a :class:`~geomjax.control.trajopt.ResidualCost`
             terminal cost's residual (``|(log(R*⁻¹R), Ω)|`` for
             :func:`~geomjax.control.examples.attitude_problem`), else the terminal cost ``Φ``).
+        warn: called eagerly, warn once at the end of the run (``UserWarning``) when the loop is
+            not :attr:`~MPCResult.healthy` — a solve broke down, the closed loop moves away from
+            its target, or its solves keep stopping at the iteration cap far from stationary —
+            with what to change (:meth:`MPCResult.summary` says the same).  Under ``jit``/``vmap``
+            read :attr:`MPCResult.healthy` and its parts instead.
+
+    An actuated model (its method an :class:`~geomjax.control.trajopt.Actuated`, e.g.
+    :func:`~geomjax.control.examples.quadrotor_problem`) takes actuator commands: a plain
+    ``plant_method`` that takes the body force instead is wrapped in the model's actuation,
+    ``Actuated(plant_method, B)``; pass an ``Actuated`` plant method for another actuation.
 
     Returns an :class:`MPCResult`.  Jittable and vmappable (one ``lax.scan``; compiled once per
     problem structure and ``steps``).  Callables are part of the compiled program's key: pass
@@ -391,12 +573,15 @@ def run_mpc(
     problem, controller = _checked(where, problem, controller)
     if not (isinstance(steps, int | np.integer) and steps >= 1):
         raise ValueError(f"{where}: argument 'steps' must be a positive int, got {steps!r}")
+    if warn not in (True, False):
+        raise ValueError(f"{where}: argument 'warn' must be True or False, got {warn!r}")
     plant_system = problem.system if plant_system is None else plant_system
     plant_method = problem.method if plant_method is None else plant_method
     if not isinstance(plant_method, AbstractMethod):
         raise ValueError(
             f"{where}: argument 'plant_method' must be a geomjax method, got {plant_method!r}"
         )
+    plant_method = _actuated_plant(where, problem, plant_system, plant_method)
     # the plant's initial state, named in errors as the caller passed it
     name = "x0" if x0 is not None else "state0"
     x0 = renamed(state0, x0, where, "state0", "x0")
@@ -457,8 +642,56 @@ def run_mpc(
             raise ValueError(f"{where}: argument 'error' must return a scalar, got {out}")
 
     _checked_once("error", (error, x0), check_error)
-    return _run(
+    res = _run(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
+    )
+    if warn and not any_traced(res):
+        problems, fixes = res._problems(controller.iterations)
+        if problems:
+            _warn(
+                f"{where}: the closed loop is not healthy: "
+                + "; ".join(problems)
+                + ". What to change: "
+                + "; ".join(fixes)
+                + " (MPCResult.summary() says more; run_mpc(..., warn=False) silences this)"
+            )
+    return res
+
+
+def _find_actuated(method):
+    """The :class:`Actuated` layer of a method (inside time shifts and other wrappers), or None."""
+    while isinstance(method, WrappedMethod):
+        if isinstance(method, Actuated):
+            return method
+        method = method.method
+    return None
+
+
+def _actuated_plant(where, problem, plant_system, plant_method):
+    """The plant method of an actuated model: ``plant_method`` itself when it takes the model's
+    controls, else ``Actuated(plant_method, B)`` with the model's ``B`` when that takes them
+    (the plain method takes the body force ``B u``); an error naming the fix otherwise."""
+    act = _find_actuated(problem.method)
+    if act is None or _find_actuated(plant_method) is not None:
+        return plant_method
+    m = problem.control_dim
+    try:
+        shape = plant_method.control_shape(plant_system)
+    except Exception:  # not answered for this system: the plant step is checked below
+        shape = None
+    if shape is None or tuple(shape) == (m,):
+        return plant_method
+    shape = tuple(shape)
+    if shape == (m,):
+        return plant_method
+    dim = int(jnp.shape(act.matrix)[0])
+    if shape == (dim,):
+        return Actuated(plant_method, act.matrix)
+    raise ValueError(
+        f"{where}: argument 'plant_method' takes controls of shape {shape}, but the model takes "
+        f"actuator commands of shape ({m},) through its actuation matrix B {jnp.shape(act.matrix)};"
+        f" pass gj.Actuated({type(plant_method).__name__}(), B) (B: the model's "
+        "problem.method.matrix, or the plant's own)"
     )
 
 
@@ -472,18 +705,24 @@ class MPCPlan(eqx.Module):
             first step).
         iterations: solver iterations of the last solve.
         cost: the last plan's predicted cost-to-go.
+        stationarity: how far the last plan is from a stationary point of the model problem,
+            relative to its cost (:attr:`MPCResult.stationarity`; ``inf`` before the first
+            step); with ``status == 1`` (the cap) and above :data:`STALL_TOL` the solve stopped
+            far from stationary: more iterations per step, or a better warm start.
     """
 
     controls: jax.Array
     status: jax.Array
     iterations: jax.Array
     cost: jax.Array
+    stationarity: jax.Array | None = None
 
 
 def _online_step_traced(problem, controller, plan, x, t):
     problem = problem.prepared()
     u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
-    return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost)
+    tol = jnp.asarray(default_tol(controller.solver, problem.dtype), problem.dtype)
+    return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost, _stationarity(sol, tol))
 
 
 _online_step = top_level_options(_online_step_traced, small_loops=True, library_fusions=False)
@@ -627,6 +866,7 @@ class OnlineMPC(eqx.Module):
             jnp.asarray(-1, jnp.int32),
             jnp.zeros((), jnp.int32),
             jnp.asarray(jnp.nan, dtype),
+            jnp.asarray(jnp.inf, dtype),
         )
 
     @_plain_method

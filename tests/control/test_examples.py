@@ -301,3 +301,36 @@ def test_worked_problems_name_bad_arguments():
         pose_problem(duration=float("nan"))
     with pytest.raises(ValueError, match="attitude_problem: argument 'steps'"):
         attitude_problem(steps=2.5)
+
+
+def test_quadrotor_system_changes_its_one_mass_everywhere():
+    """``quadrotor_system(mass_scale=s)`` scales the mass of the body and of its gravity alike:
+    whatever the mass, a free quadrotor falls at g (the momentum gained in one step from rest is
+    ``−m g dt e3``, its velocity ``−g dt e3``), and the thrust that holds it is ``m g`` — checked
+    on one step of the dynamics, against Newton's second law in closed form."""
+    from geomjax.control.examples import QUADROTOR, quadrotor_actuation, quadrotor_system
+    from geomjax.control.trajopt import Actuated
+
+    g, m0, dt = QUADROTOR["gravity"], QUADROTOR["mass"], 0.01
+    rest = gj.LieGroupState(jnp.eye(4), jnp.zeros(6))
+    method = Actuated(gj.SemiImplicitEuler(), quadrotor_actuation())
+    for scale in (1.0, 1.1):
+        body = quadrotor_system(mass_scale=scale)
+        m = scale * m0
+        fall = method.step(body, rest, dt, jnp.zeros(4))[0]
+        np.testing.assert_allclose(fall.mu[3:], [0.0, 0.0, -m * g * dt], rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(body.velocity(fall.mu)[3:], [0, 0, -g * dt], rtol=1e-12)
+        hover = method.step(body, rest, dt, jnp.full(4, m * g / 4))[0]
+        np.testing.assert_allclose(hover.mu, np.zeros(6), atol=1e-12)
+    # the problem's model takes the same one mass
+    from geomjax.control.examples import quadrotor_problem
+
+    p = quadrotor_problem(mass=1.1 * m0)
+    np.testing.assert_allclose(p.system.potential.mass, 1.1 * m0, rtol=1e-15)
+    np.testing.assert_allclose(p.system.inertia[3:, 3:], 1.1 * m0 * np.eye(3), rtol=1e-15)
+    with pytest.raises(ValueError, match="'mass_scale'"):
+        quadrotor_system(mass_scale=0.0)
+    with pytest.raises(ValueError, match="'mass'"):
+        quadrotor_problem(mass=-1.0)
+    with pytest.raises(ValueError, match="'mass' or 'system'"):
+        quadrotor_problem(mass=2.0, system=quadrotor_system())

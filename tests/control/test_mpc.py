@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
+from geomjax import SO3
 from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, MPCResult, _retarget, _with_horizon, run_mpc
 from geomjax.control.trajopt import ILQR, LieGroupChart, solve_ocp
@@ -147,6 +148,10 @@ def test_mpc_rejects_model_error_and_disturbance(closed_loop):
     assert np.all(np.asarray(res.status[:, 1:10]) == 1)
     assert np.all(np.asarray(res.iterations) <= 2)
     assert np.all(np.isfinite(np.asarray(res.cost)))
+    # and neither loop is flagged (one flag per member of the batch): both converge, to the
+    # target or to the disturbance's offset (checked above on the plant)
+    assert np.asarray(res.healthy).tolist() == [True, True]
+    assert np.asarray(res.stationarity).shape == (2, STEPS)
 
     # the recorded states are the plant driven by the recorded controls plus the disturbance
     replay = gj.simulate(c["plant"], c["method"], model.state0, DT, STEPS, controls=u[0] + D)
@@ -169,6 +174,8 @@ def test_bad_input_names_the_argument():
     model = _model()
     with pytest.raises(ValueError, match="'steps'"):
         run_mpc(model, steps=0)
+    with pytest.raises(ValueError, match="'warn'"):
+        run_mpc(model, steps=3, warn="yes")
     with pytest.raises(ValueError, match="'horizon'"):
         MPC(horizon=0)
     with pytest.raises(ValueError, match="'iterations'"):
@@ -287,3 +294,252 @@ def test_float32_closed_loop_matches_float64(closed_loop):
         float(res.error[-1]), float(closed_loop["res"].error[0, -1]), rtol=1e-2
     )
     np.testing.assert_allclose(np.asarray(res.controls[-1]), -np.asarray(D), atol=1e-3)
+
+
+# --- a closed loop that says when it goes wrong ----------------------------------------------------
+# a small model (4 nodes of 0.5 s: compiled in a few seconds) and one iteration per step; the
+# disturbances are array fields of one module, so the four runs are one program
+SMALL_H, SMALL_DT, SMALL_STEPS = 4, 0.5, 40
+
+
+def _small_model():
+    return attitude_problem(
+        torque_max=TMAX,
+        exact_target=False,
+        steps=SMALL_H,
+        duration=SMALL_H * SMALL_DT,
+        method=SemiImplicitEuler(),
+        weight=100.0,
+    )
+
+
+def _small_run(d, iterations=1, steps=SMALL_STEPS):
+    """The small closed loop on the 20 % heavier plant under the constant torque ``d``, with the
+    warnings it raised."""
+    import warnings
+
+    model = _small_model()
+    plant = gj.RigidBody(1.2 * INERTIA)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = run_mpc(
+            model,
+            plant,
+            SemiImplicitEuler(),
+            None,
+            steps,
+            Constant(jnp.asarray(d, jnp.float64)),
+            controller=MPC(ILQR(), iterations=iterations),
+        )
+    return model, plant, res, [w for w in caught if issubclass(w.category, UserWarning)]
+
+
+def _plant_miss(model, plant, x):
+    """The attitude error (rad) and body rate of a plant state, from the state itself."""
+    target = model.terminal_cost.residual.target
+    angle = float(jnp.linalg.norm(SO3.log(target.T @ x.R)))
+    return angle, float(jnp.linalg.norm(plant.velocity(x.Pi)))
+
+
+def _last(tree):
+    return jax.tree_util.tree_map(lambda a: a[-1], tree)
+
+
+def test_healthy_loops_are_not_flagged():
+    """A loop that converges to the target, and one that settles at an offset under a constant
+    disturbance the bounds can hold, are healthy: no flag, no warning, check() passes.  What is
+    claimed is read from the plant: at the target at rest, or at rest where the applied torque
+    cancels the disturbance (Euler's equations at rest: net torque zero)."""
+    model, plant, res, caught = _small_run(jnp.zeros(3))
+    angle, rate = _plant_miss(model, plant, _last(res.states))
+    assert angle <= 1e-4 and rate <= 1e-4  # measured 4.5e-7 rad
+    assert bool(res.healthy) and not bool(res.diverging) and not bool(res.stalling)
+    assert not caught
+    assert res.check() is res
+    assert "healthy" in res.summary() and "NOT" not in res.summary()
+    # the first solves of the cold start are far from stationary; they do not count
+    assert np.asarray(res.stationarity).shape == (SMALL_STEPS,)
+
+    d = jnp.array([0.05, -0.03, 0.04])
+    model, plant, res, caught = _small_run(d)
+    _, rate = _plant_miss(model, plant, _last(res.states))
+    assert rate <= 1e-5
+    np.testing.assert_allclose(np.asarray(res.controls[-1]), -np.asarray(d), atol=1e-5)
+    assert bool(res.healthy) and not caught
+    res.check()
+
+
+def test_a_loop_that_goes_wrong_is_reported():
+    """A disturbance beyond the torque limit (1.2 about the third axis, limit 0.8: no control
+    holds the plant at rest) drives the plant away: flagged as diverging, one warning naming it
+    and what to change, check() raises.  A disturbance the bounds can hold but one iteration per
+    step cannot follow ((0.5, 0.5, 0.5)) leaves the solves far from stationary: flagged as
+    stalling."""
+    model, plant, res, caught = _small_run(jnp.array([0.0, 0.0, 1.2]))
+    angle0, _ = _plant_miss(model, plant, model.state0)
+    angle, rate = _plant_miss(model, plant, _last(res.states))
+    assert rate >= 0.1  # not at rest: no admissible torque cancels the disturbance
+    assert np.hypot(angle, rate) > angle0  # farther from the target at rest than at the start
+    assert bool(res.diverging) and not bool(res.healthy)
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert "moving away" in msg and "iterations" in msg and "model" in msg
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    with pytest.raises(ConvergenceError, match="moving away"):
+        res.check()
+    assert "NOT healthy" in res.summary()
+
+    model, plant, res, caught = _small_run(jnp.array([0.5, 0.5, 0.5]))
+    assert bool(res.stalling) and not bool(res.healthy)
+    assert len(caught) == 1 and "far from stationary" in str(caught[0].message)
+    stalled = np.asarray(res.stalled)
+    assert stalled.sum() > SMALL_STEPS // 4
+    assert np.all(np.asarray(res.status)[stalled] == 1)  # capped solves, not failures
+    assert not np.asarray(res.failed).any()
+
+    # warn=False: the same flags, no warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = run_mpc(
+            _small_model(),
+            plant,
+            SemiImplicitEuler(),
+            None,
+            SMALL_STEPS,
+            Constant(jnp.array([0.5, 0.5, 0.5])),
+            controller=MPC(ILQR(), iterations=1),
+            warn=False,
+        )
+    assert bool(quiet.stalling)
+
+    # the flags are arrays: under jit, and for a batch (one flag per member)
+    _, _, good, _ = _small_run(jnp.zeros(3))
+    batch = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), good, quiet)
+    flags = jax.jit(lambda r: (r.healthy, r.diverging, r.stalling, r.stalled))(batch)
+    assert flags[0].tolist() == [True, False] and flags[2].tolist() == [False, True]
+    assert flags[1].tolist() == [False, False] and flags[3].shape == (2, SMALL_STEPS)
+    np.testing.assert_array_equal(flags[3][1], quiet.stalled)
+    assert "2 runs" in batch.summary()
+
+
+def test_plant_method_of_an_actuated_model():
+    """An actuated model (the quadrotor: rotor thrusts through B) takes commands: a plain plant
+    method, which takes the body force, is wrapped in the model's actuation; an Actuated one is
+    the user's choice; a method that fits neither is refused with the fix."""
+    from geomjax.control.examples import quadrotor_problem, quadrotor_system
+    from geomjax.control.mpc import _actuated_plant
+    from geomjax.control.trajopt import Actuated
+
+    p = quadrotor_problem()
+    plant = quadrotor_system(mass_scale=1.1)
+    wrapped = _actuated_plant("run_mpc", p, plant, gj.RKMK4())
+    assert isinstance(wrapped, Actuated) and isinstance(wrapped.method, gj.RKMK4)
+    assert wrapped.matrix is p.method.matrix
+    assert wrapped.control_shape(plant) == (4,)
+    own = Actuated(gj.RKMK4(), 2.0 * p.method.matrix)
+    assert _actuated_plant("run_mpc", p, plant, own) is own
+    # a model without actuation: the plant method as given
+    assert isinstance(
+        _actuated_plant("run_mpc", _model(), gj.RigidBody(INERTIA), gj.RKMK4()), gj.RKMK4
+    )
+    with pytest.raises(ValueError, match=r"'plant_method'.*gj\.Actuated\(RKMK4\(\), B\)"):
+        run_mpc(p, gj.RigidBody(INERTIA), gj.RKMK4(), steps=3)
+
+
+# --- the quadrotor on a heavier plant (the control guide's MPC section) ----------------------------
+QUAD_TARGET = np.array([2.0, 1.0, 1.5])
+
+
+@pytest.mark.long
+def test_quadrotor_mpc_brings_a_heavier_plant_to_the_target():
+    """The guide's settings: crocoddyl's quadrotor model (33 nodes of 0.03 s) with the running
+    pose weight 1 (crocoddyl's: 0.01), ``MPC(ILQR(), iterations=2)`` warm-started from the
+    open-loop optimum, driving a plant 10 % heavier than the model, integrated by RKMK4 through
+    the model's thrust map (built by run_mpc).  Read from the plant: within 2 cm of (2, 1, 1.5)
+    from control step 40 (1.2 s) on (measured: from step 36; 2.0 mm at step 100) and at rest
+    there, where Newton's law says the four thrusts hold the plant's weight, 1.1 m g, not the
+    model's."""
+    import warnings
+
+    from geomjax.control.examples import QUADROTOR, quadrotor_problem, quadrotor_system
+    from geomjax.control.trajopt import Actuated
+
+    model = quadrotor_problem(target=tuple(QUAD_TARGET), tracking_weight=1.0)
+    plant = quadrotor_system(mass_scale=1.1)
+    plan = solve_ocp(model, ILQR(), max_iters=100, progress=False)  # near the optimum
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a healthy loop: no warning
+        res = run_mpc(
+            model,
+            plant,
+            gj.RKMK4(),
+            steps=100,
+            controller=MPC(ILQR(), iterations=2),
+            controls=plan.controls,
+        )
+    pos = np.asarray(plant.position(res.states))
+    miss = np.linalg.norm(pos - QUAD_TARGET, axis=-1)
+    assert miss[40:].max() <= 0.02
+    assert miss[-1] <= 0.004
+    assert bool(res.healthy) and not np.asarray(res.failed).any()
+    # at rest at the end: the thrusts carry the plant's weight (its mass, not the model's)
+    xN = jax.tree_util.tree_map(lambda a: a[-1], res.states)
+    assert float(jnp.linalg.norm(plant.velocity(xN.mu))) <= 1e-3
+    weight = 1.1 * QUADROTOR["mass"] * QUADROTOR["gravity"]
+    np.testing.assert_allclose(float(jnp.sum(res.controls[-1])), weight, rtol=1e-3)
+    # the recorded states are the plant (RKMK4 through B) driven by the recorded thrusts
+    again = gj.simulate(
+        plant, Actuated(gj.RKMK4(), model.method.matrix), model.state0, model.dt, 100, res.controls
+    )
+    np.testing.assert_allclose(again.final_state.g, xN.g, atol=1e-9)
+
+
+@pytest.mark.long
+def test_quadrotor_plant_too_heavy_for_its_thrust_limits_is_reported():
+    """With crocoddyl's thrust limits (≤ 5 N a rotor) a plant 50 % heavier than the model needs
+    5.43 N a rotor to hover: it falls whatever the controller does.  The run says so (one
+    warning, diverging, check() raises); the fall is read from the plant's altitude."""
+    import warnings
+
+    from geomjax.control.examples import QUADROTOR, quadrotor_problem, quadrotor_system
+
+    assert 1.5 * QUADROTOR["mass"] * QUADROTOR["gravity"] / 4 > QUADROTOR["thrust_max"]
+    model = quadrotor_problem(bounded=True, target=tuple(QUAD_TARGET))
+    plant = quadrotor_system(mass_scale=1.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = run_mpc(model, plant, steps=100, controller=MPC(ILQR(), iterations=2))
+    z = np.asarray(plant.position(res.states))[:, 2]
+    assert z[-1] < -1.0  # fell (measured −9.7 m after 3 s)
+    assert bool(res.diverging) and not bool(res.healthy)
+    assert len([w for w in caught if "moving away" in str(w.message)]) == 1
+    with pytest.raises(ConvergenceError, match="moving away"):
+        res.check()
+
+
+@pytest.mark.long
+def test_stationarity_measures_the_distance_to_the_models_optimum():
+    """The last step's plan of a run is ``(applied control, plan[:-1])`` from the state before it:
+    its model cost against the optimum from that state (a converged solve) is the plan's true
+    suboptimality ``(J − J*)/J``.  The stationarity estimates it to a factor 3 (measured: half of
+    it, 0.32 against 0.63 and 0.032 against 0.063): with one iteration per step under
+    (0.5, 0.5, 0.5) the plan is far from the optimum and the loop is flagged; with two it is
+    near and the loop is not."""
+    model = _small_model()
+    for iterations, stalled in ((1, True), (2, False)):
+        _, _, res, caught = _small_run(jnp.array([0.5, 0.5, 0.5]), iterations)
+        assert bool(res.stalling) == stalled and bool(res.healthy) != stalled
+        assert (len(caught) == 1) == stalled
+        x, t = jax.tree_util.tree_map(lambda a: a[-2], res.states), res.times[-2]
+        p = _retarget(model, x, t)
+        us = jnp.concatenate([res.controls[-1:], res.plan[:-1]])
+        J = float(p.cost(p.rollout(us), us))
+        np.testing.assert_allclose(J, float(res.cost[-1]), rtol=1e-10)
+        best = solve_ocp(p, ILQR(), max_iters=200, progress=False).check()
+        gap = (J - float(best.cost)) / J
+        stat = float(res.stationarity[-1])
+        assert gap / 3 <= stat <= 3 * gap
+        assert bool(res.stalled[-1]) == stalled
+        assert (gap >= 0.3) if stalled else (gap <= 0.1)

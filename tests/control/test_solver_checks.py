@@ -186,6 +186,10 @@ def test_online_mpc_steps_equal_run_mpc():
         u, plan = online.step(plan, x, j * prob.dt)
         np.testing.assert_allclose(np.asarray(u), np.asarray(res.controls[j]), atol=1e-12)
         assert int(plan.status) == int(res.status[j])
+        # the same measure of how far the plan is from the model's optimum
+        np.testing.assert_allclose(
+            float(plan.stationarity), float(res.stationarity[j]), rtol=1e-9, atol=1e-15
+        )
         x = prob.step(x, u, j * prob.dt)  # the plant, outside the controller's program
     np.testing.assert_allclose(np.asarray(plan.controls), np.asarray(res.plan), atol=1e-12)
     with pytest.raises(ValueError, match="'state'"):

@@ -157,7 +157,8 @@ def _node_times(problem):
     return problem.dt * jnp.arange(problem.steps + 1, dtype=problem.dtype)
 
 
-def _default_tol(solver, dtype):
+def default_tol(solver, dtype):
+    """The solver's convergence tolerance ``tol``, or its default for ``dtype``."""
     if solver.tol is not None:
         return solver.tol
     return 1e-10 if jnp.finfo(dtype).bits > 32 else 1e-5
@@ -209,7 +210,7 @@ def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
     dtype = problem.dtype
     n = problem.chart.dim(problem.system, problem.state0)
     max_iters = s.hist["cost"].shape[0]
-    tol = _default_tol(solver, dtype)
+    tol = default_tol(solver, dtype)
     duals = s.duals
     lin, VxN, VxxN = linearize_nodes(problem, s.xs, s.us, duals)
     gaps = jnp.where(s.feasible, 0.0, lin["gap"])
