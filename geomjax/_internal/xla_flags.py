@@ -9,6 +9,20 @@ batch sizes the dispatches, not the arithmetic, set the time.  XLA has a pass th
 loop into one kernel when the bytes its body touches (XLA's cost estimate of one iteration)
 stay under ``xla_cpu_small_while_loop_byte_threshold``: 1 kB by default.
 
+The rule, precisely (XLA:CPU's ``SmallWhileLoopHoistingPass``, run last, after fusion and copy
+insertion): a ``while`` whose body has no custom call, sort, scatter, FFT or collective is moved
+into a call marked ``xla_cpu_small_call`` (one kernel) when ``HloCostAnalysis``'s bytes accessed
+by the ``while`` is under the threshold; for a ``while`` that is one iteration: the sum over the
+body's and the condition's instructions of the bytes each reads and writes (a fused kernel: its
+operands as read, its outputs; a copy: twice its size; a tuple: its pointers).  A stacked
+output (an in-place dynamic-update-slice) counts its update, not its buffer; a nested loop one
+iteration of its body.  Measured with the threshold bisected per loop (free body, LGVI,
+float64): the loop over the steps of a block ~980 bytes (one kernel by default), a loop saving
+every step ~1270, reverse mode's loops ~1.1-3.5 kB.  :func:`compiled_loops` reads from a
+compiled program which loops are one kernel; where a time loop that is not one kernel with
+XLA's defaults is traced into a program without the setting, geomjax warns once
+(:func:`warn_loop_without_setting`).
+
 **Per program, by default** (the second half of this module): geomjax's top-level programs
 (``top_level_options(..., small_loops=True)`` in :mod:`geomjax._internal.eager`) and those of
 :func:`geomjax.jit` are compiled with the threshold raised to 16 MiB in *their* compile options
