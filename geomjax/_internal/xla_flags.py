@@ -136,8 +136,8 @@ LOOP_WARNING = (
     "geomjax.jit). XLA:CPU compiles a loop into one kernel only when one iteration touches "
     "less than 1 kB by its estimate; a loop that saves every step in float64, a vmapped loop "
     "and the loops of a gradient touch more, so each fused kernel of a step is dispatched on "
-    "every step: measured up to ~8x slower at batch 1 (~18x for a gradient), 1.3-1.5x at batch "
-    "1024; results agree to round-off. Compile with geomjax.jit instead of jax.jit (the same "
+    "every step: measured 5-8x slower at batch 1, ~20x for a gradient, 1.3-3x at batch 1024 "
+    "(2-core CPU); results agree to round-off. Compile with geomjax.jit instead of jax.jit (the same "
     "arguments), or opt in for the whole process with geomjax.configure(xla_small_loops=True) "
     "before JAX's first computation. Warned once per process."
 )
