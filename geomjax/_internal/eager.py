@@ -285,6 +285,7 @@ def top_level_options(
     small_loops: bool = False,
     jit_under_trace: bool = True,
     library_fusions: bool = True,
+    traced_without_setting=None,
 ):
     """``fn`` under :func:`equinox.filter_jit`, compiled with ``compiler_options`` when called at
     top level with no tracer argument (JAX accepts compiler options only on a top-level program);
@@ -312,12 +313,18 @@ def top_level_options(
     ``jit_under_trace=False``: under a transformation ``fn`` is called as it is, not through
     ``equinox.filter_jit`` (for a function that was not jitted before: inside a ``jit`` it is
     inlined either way, but under ``vmap`` a jitted function is traced with unbatched values,
-    and code that chooses its form by the batch, e.g. the SO(3) Newton loop, would see none)."""
+    and code that chooses its form by the batch, e.g. the SO(3) Newton loop, would see none).
+
+    ``traced_without_setting``: with ``small_loops``, called with the arguments where ``fn`` is
+    traced into a caller's program that does not get the small-loop setting (a user's
+    ``jax.jit``, an eager ``jax.vmap``), before tracing it: e.g.
+    :func:`~geomjax._internal.xla_flags.warn_loop_without_setting`."""
     from .xla_flags import (
         PROGRAM_OPTION,
         no_library_fusion_options,
         program_small_loops,
         small_loop_options,
+        small_loops_traced,
         tracing_small_loops,
     )
 
@@ -359,6 +366,8 @@ def top_level_options(
                 return out
             options = {}
         if not options:
+            if small_loops and traced_without_setting is not None and not small_loops_traced():
+                traced_without_setting(*args, **kwargs)
             if not jit_under_trace and not _at_top_level():
                 return fn(*args, **kwargs)
             return plains[tracing_small_loops()](*args, **kwargs)

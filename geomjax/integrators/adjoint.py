@@ -179,6 +179,7 @@ import jax.numpy as jnp
 
 from .._internal.eager import top_level_options
 from .._internal.tracing import vmap_batched
+from .._internal.xla_flags import warn_loop_without_setting
 from .._linalg import plain_stacks, select_stack
 from ._so3_soa import hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
@@ -688,8 +689,14 @@ def _bwd_with_plain_stacks(
 #: was evaluated operation by operation (its scan compiled anew on every call: 0.5 s for the
 #: free body's 1e4 steps, against 1.3 ms compiled); compiled with XLA:CPU's small-loop
 #: threshold raised for it alone.  Under an outer jit/vmap it is traced into the caller's
-#: program as before, on every trace (not from a cache of traces)
-_bwd_program = top_level_options(_bwd_with_plain_stacks, small_loops=True, jit_under_trace=False)
+#: program as before, on every trace (not from a cache of traces), where XLA:CPU's defaults
+#: leave its loop a loop of kernels (a reverse step touches more than 1 kB): warned once
+_bwd_program = top_level_options(
+    _bwd_with_plain_stacks,
+    small_loops=True,
+    jit_under_trace=False,
+    traced_without_setting=lambda *args, **kwargs: warn_loop_without_setting(),
+)
 
 
 def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, tol, batched):

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
-from .._internal.tracing import any_traced, is_traced, vmap_batched
+from .._internal.tracing import any_traced, is_traced, jvp_traced, vmap_batched
 from .._internal.warn import renamed, renamed_attribute
+from .._internal.xla_flags import warn_loop_without_setting
 from ._so3_soa import batch_last_carry, hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 
@@ -552,10 +553,35 @@ def _integrate_program(
         )  # fmt: skip
 
 
+def _traced_without_setting(
+    system, method, state0, dt, t0, blocks, feedback, *, n_save, save_every, checkpoint,
+    batch_last=False, method_state=None,
+):  # fmt: skip
+    """The time loop is traced into a caller's program compiled with XLA:CPU's defaults (e.g. the
+    user's ``jax.jit``): warn once (:func:`~geomjax._internal.xla_flags.warn_loop_without_setting`)
+    unless the loop over steps is one kernel anyway.  XLA:CPU compiles a loop into one kernel
+    when its estimate of the bytes one iteration touches is under 1 kB (its small-loop pass;
+    a nested loop counts one iteration of its body, a stacked output its update).  The loop
+    over the steps of a block (``save_every > 1``) carries the state alone: the free body's
+    LGVI step touches ~980 bytes (float64, time and residual carried), one kernel; the loop
+    over blocks around it adds the saved state (~290 bytes) and is not, but runs once per
+    ``save_every`` steps.  A loop that saves every step, a vmapped loop (the bytes grow with the
+    batch) and a differentiated one (reverse mode stacks each step's residuals: ~3.5 kB; the
+    transposed step alone ~1.2 kB) are not one kernel (``tests/integrators/test_loop_kernels.py``
+    reads it from the compiled programs)."""
+    differentiated = jvp_traced(system, state0, dt, t0, blocks, method_state, if_unknown=True)
+    warn_loop_without_setting(
+        one_kernel_anyway=save_every > 1 and not batch_last and not differentiated
+    )
+
+
 #: :func:`_integrate_program` compiled: called at top level (an eager ``simulate``), with XLA:CPU's
 #: small-loop threshold raised for this program alone, so that the time loop is one kernel
-#: whatever the process's ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`)
-_integrate = top_level_options(_integrate_program, small_loops=True)
+#: whatever the process's ``XLA_FLAGS`` (:mod:`geomjax._internal.xla_flags`); traced into a
+#: caller's program without it, warns once where the loop is not one kernel with XLA's defaults
+_integrate = top_level_options(
+    _integrate_program, small_loops=True, traced_without_setting=_traced_without_setting
+)
 
 
 def _integrate_traced(
