@@ -25,6 +25,7 @@ from .. import (
     RigidBody,
     RigidBodySplitting,
     RigidBodyState,
+    jit,
     simulate,
 )
 from ..systems import HeavyTop
@@ -99,11 +100,13 @@ def adjoint_checks(steps=500):
     """``(relative difference to plain reverse mode, to central finite differences)`` of the
     gradient with respect to ``Pi0`` and the principal moments."""
     pi0, moments = jnp.asarray(PI0), jnp.asarray(I123)
-    g_rev = jax.jit(jax.grad(_top_loss(steps, True), argnums=(0, 1)))(pi0, moments)
-    g_ref = jax.jit(jax.grad(_top_loss(steps, False), argnums=(0, 1)))(pi0, moments)
+    # geomjax.jit: the time loops of these gradients as single kernels on CPU (jax.jit would
+    # compile them with XLA:CPU's defaults, several times slower, and warn)
+    g_rev = jit(jax.grad(_top_loss(steps, True), argnums=(0, 1)))(pi0, moments)
+    g_ref = jit(jax.grad(_top_loss(steps, False), argnums=(0, 1)))(pi0, moments)
     flat = jnp.concatenate([g_rev[0], g_rev[1]])
     ref = jnp.concatenate([g_ref[0], g_ref[1]])
-    loss = jax.jit(_top_loss(steps, False))
+    loss = jit(_top_loss(steps, False))
     e, fd = 1e-6, []
     for i in range(6):
         d = jnp.zeros(6).at[i].set(e)
