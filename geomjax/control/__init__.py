@@ -49,6 +49,7 @@ from .trajopt import (
     OCPSolution,
     OptimalControlProblem,
     ResidualCost,
+    StrictFDDP,
     solve_ocp,
 )
 
@@ -80,6 +81,7 @@ __all__ = [
     "ResidualCost",
     "SmoothStepTimeLaw",
     "SphereLoop",
+    "StrictFDDP",
     "Trajectory",
     "bound_penalty",
     "constraint_penalty",

@@ -343,7 +343,7 @@ def test_backward_pass_equals_a_plain_reference(bounded, second_order):
     stacked Jacobian, the box QP that stops once settled) against the plain recursion above on
     random linearizations: gains, value derivatives and expected-improvement terms agree to
     round-off, for iLQR and DDP, with and without control bounds."""
-    from geomjax.control.trajopt.backward import backward_pass
+    from geomjax.control.trajopt.linearize import Linearization, NodeDerivatives
 
     limit = 0.1
     prob = _problem(3, torque_max=limit if bounded else None)
@@ -352,8 +352,10 @@ def test_backward_pass_equals_a_plain_reference(bounded, second_order):
     reg = 1e-6
 
     def ours(J, grad, hess, VxN, VxxN, gaps, us, kp):
-        lin = dict(gap=gaps, J=J, grad=grad, hess=hess)
-        return backward_pass(prob, solver, lin, VxN, VxxN, gaps, prob.rollout(us), us, kp, reg)
+        lin = Linearization(NodeDerivatives(gap=gaps, J=J, grad=grad, hess=hess), VxN, VxxN)
+        state = solver.init(prob, prob.rollout(us), us, False, 1, k=kp)
+        out = solver.backward_pass(prob, state, lin, reg)
+        return out, out.ok
 
     def reference(J, grad, hess, VxN, VxxN, gaps, us, kp):
         xs = prob.rollout(us)
@@ -383,7 +385,7 @@ def test_backward_pass_equals_a_plain_reference(bounded, second_order):
         assert bool(ok)
         for key, val in want.items():
             scale = 1 + float(jnp.max(jnp.abs(val)))
-            np.testing.assert_allclose(got[key], val, atol=1e-9 * scale, err_msg=key)
+            np.testing.assert_allclose(getattr(got, key), val, atol=1e-9 * scale, err_msg=key)
         clamped += int(jnp.sum(jnp.abs(jnp.abs(want["k"] + args[6]) - limit) < 1e-12))
     if bounded:  # the random problems reach the bounds: the box QP's active sets are exercised
         assert clamped > 0

@@ -188,3 +188,89 @@ def test_multiple_shooting_model_is_exact_on_a_linear_quadratic_problem():
     u_star = -np.linalg.solve(np.asarray(jax.hessian(J)(z)), np.asarray(jax.grad(J)(z)))
     # (the step is (Q_uu + reg)⁻¹ Q_u with reg = 1e-9 against Q_uu ~ 1e-2: 1e-7 relative)
     np.testing.assert_allclose(np.asarray(sol.controls).reshape(-1), u_star, atol=1e-6)
+
+
+def test_strict_fddp_acceptance_is_crocoddyls_rule():
+    """:class:`StrictFDDP` overrides only ``accepts``, with crocoddyl's ``SolverFDDP`` test: a
+    predicted decrease (``expected ≥ 0``) needs ``actual > accept·expected`` or ``|d₁| <
+    th_grad``; a predicted increase is accepted only while infeasible (``actual >
+    accept_increase·expected``).  The default test (:class:`ILQR`) differs where crocoddyl's
+    reads feasibility and ``|d₁|``."""
+    from geomjax.control.trajopt import AbstractDDPSolver, StrictFDDP
+
+    overridden = [
+        n for n in vars(StrictFDDP) if not n.startswith("_") and hasattr(AbstractDDPSolver, n)
+    ]
+    assert overridden == ["accepts"]
+
+    class S(eqx.Module):
+        feasible: jnp.ndarray
+
+    def rule(solver, feasible, d1, expected, actual):
+        return bool(solver.accepts(S(jnp.asarray(feasible)), d1, expected, actual))
+
+    def crocoddyl(feasible, d1, expected, actual, accept=0.1, accept_increase=2.0):
+        if expected >= 0:
+            return abs(d1) < 1e-12 or actual > accept * expected
+        return (not feasible) and actual > accept_increase * expected
+
+    strict, default = StrictFDDP(), ILQR()
+    cases = [
+        (True, 1.0, 1.0, 0.5),  # enough decrease
+        (True, 1.0, 1.0, 0.05),  # too little
+        (True, -1.0, -0.1, -0.15),  # predicted increase on a feasible iterate
+        (False, -1.0, -0.1, -0.15),  # ... on an infeasible one, within the factor
+        (False, -1.0, -0.1, -0.3),  # ... beyond it
+        (True, -1.0, 0.1, 0.0),  # strongly negative d₁, a predicted decrease not met
+        (False, 1e-13, 1e-13, -1.0),  # negligible model
+    ]
+    for case in cases:
+        assert rule(strict, *case) == crocoddyl(*case), case
+    # where the default test differs: feasible predicted increase, negative d₁
+    assert rule(default, *cases[2]) and not rule(strict, *cases[2])
+    assert rule(default, *cases[5]) and not rule(strict, *cases[5])
+    assert [rule(default, *c) for c in cases[:2]] == [rule(strict, *c) for c in cases[:2]]
+
+
+@pytest.mark.timeout(600)
+def test_strict_fddp_converges_to_ilqrs_optimum_from_a_multiple_shooting_start():
+    """A torque-limited attitude manoeuvre from states that are no rollout (the momenta
+    perturbed: gaps): :class:`StrictFDDP` converges, to the optimum :class:`ILQR` finds, and
+    that optimum is stationary in the free controls and has multipliers of the right sign at
+    the active bounds (central finite differences of the cost of the rollout)."""
+    from geomjax.control.examples import attitude_problem
+    from geomjax.control.trajopt import StrictFDDP
+
+    limit = 0.2
+    prob = attitude_problem(
+        torque_max=limit, exact_target=False, steps=10, method=gj.RKMK4(), weight=100.0
+    )
+    xs = prob.rollout(jnp.zeros((prob.steps, prob.control_dim)))
+    rng = np.random.default_rng(1)
+    states = eqx.tree_at(
+        lambda s: s.Pi, xs, xs.Pi + 0.05 * jnp.asarray(rng.normal(size=xs.Pi.shape))
+    )
+    sols = {
+        type(solver).__name__: solve_ocp(prob, solver, states=states, max_iters=100, progress=False)
+        for solver in (StrictFDDP(), ILQR())
+    }
+    for name, sol in sols.items():
+        assert sol.stop_reason == "converged", (name, sol.message)
+        assert history(sol)["gap"][0] > 0.01, name  # the start had gaps
+    us = np.asarray(sols["StrictFDDP"].controls)
+    np.testing.assert_allclose(us, np.asarray(sols["ILQR"].controls), atol=1e-6)
+
+    def J(u):
+        return prob.cost(prob.rollout(u), u)
+
+    eps = 1e-6
+    flat = jnp.asarray(us).reshape(-1)
+    E = jnp.eye(flat.size, dtype=flat.dtype) * eps
+    f = jax.jit(jax.vmap(lambda d: J((flat + d).reshape(us.shape))))
+    g = np.asarray((f(E) - f(-E)) / (2 * eps)).reshape(us.shape)
+    scale = np.abs(g).max()
+    at_hi, at_lo = us == limit, us == -limit
+    free = ~(at_hi | at_lo)
+    assert at_hi.sum() + at_lo.sum() >= 1, "the bound should be active"
+    assert np.abs(g[free]).max() <= 1e-4 * scale
+    assert np.all(g[at_hi] <= 1e-4 * scale) and np.all(g[at_lo] >= -1e-4 * scale)

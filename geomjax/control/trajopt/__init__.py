@@ -37,7 +37,15 @@ them: Gauss–Newton).  The feedforward ``k`` minimizes ``½ kᵀ Q_uu k + Q_u�
 ``K = −Q_uu,ff⁻¹ Q_ux`` acts on the free controls only.  ``ρ`` is a Levenberg–Marquardt
 regularization (×10 on a failed factorization or a failed line search, ÷10 after a step longer
 than ½).  The forward pass ``u = clip(ū + α k + K (x ⊖ x̄))`` closes a fraction ``α`` of the gaps
-and is accepted on the expected improvement ``α (d₁ + α d₂/2)`` (crocoddyl's FDDP rule).
+and is accepted on the expected improvement ``α (d₁ + α d₂/2)`` (crocoddyl's FDDP rule;
+:class:`StrictFDDP` has crocoddyl's test exactly).
+
+**The phases** of an iteration are methods of :class:`AbstractDDPSolver` named after crocoddyl's
+(``linearize``, ``backward_pass``, ``expected_improvement``, ``stopping_criterion``,
+``try_step``, ``update_regularization``) over typed records (:class:`Linearization`,
+:class:`BackwardPass`, :class:`ExpectedImprovement`, :class:`Trial`, :class:`DDPHistory`): a
+variant is a subclass that overrides one (:class:`DDP` its ``quadratic_model``,
+:class:`StrictFDDP` its ``accepts``).
 
 Everything runs in one compiled ``lax.while_loop`` with a fixed iteration cap; a batch of problems
 runs under ``jax.vmap`` (each member stops on its own: a finished member's iterate no longer
@@ -45,12 +53,23 @@ changes).  Results: :class:`OCPSolution` with a status (:attr:`OCPSolution.stop_
 :meth:`OCPSolution.check`) and a per-iteration history.
 """
 
-from .backward import box_qp
+from .backward import BackwardPass, box_qp
 from .chart import AbstractStateChart, EuclideanChart, LieGroupChart
+from .line_search import ExpectedImprovement, Trial
+from .linearize import Linearization, NodeDerivatives
 from .problem import Actuated, OptimalControlProblem, ResidualCost
 from .solution import OCPSolution
 from .solve import solve_ocp
-from .solvers import DDP, ILQR, AbstractDDPSolver, AbstractOCPSolver, AugmentedLagrangian
+from .solvers import (
+    DDP,
+    ILQR,
+    AbstractDDPSolver,
+    AbstractOCPSolver,
+    AugmentedLagrangian,
+    DDPHistory,
+    DDPState,
+    StrictFDDP,
+)
 
 __all__ = [
     "DDP",
@@ -60,11 +79,19 @@ __all__ = [
     "AbstractStateChart",
     "Actuated",
     "AugmentedLagrangian",
+    "BackwardPass",
+    "DDPHistory",
+    "DDPState",
     "EuclideanChart",
+    "ExpectedImprovement",
     "LieGroupChart",
+    "Linearization",
+    "NodeDerivatives",
     "OCPSolution",
     "OptimalControlProblem",
     "ResidualCost",
+    "StrictFDDP",
+    "Trial",
     "box_qp",
     "solve_ocp",
 ]

@@ -10,14 +10,15 @@ settled (a ``while`` with the iteration cap, the same iterates as running all of
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from ..._linalg import small_cho_solve, small_cholesky
-from .linearize import dynamics_curvature
+from .linearize import Linearization, NodeDerivatives
 from .problem import tree_index
 
-__all__ = ["box_qp"]
+__all__ = ["BackwardPass", "backward_pass", "box_qp", "gauss_newton_model"]
 
 
 def _cholesky(H):
@@ -81,42 +82,72 @@ def box_qp(H, g, lower, upper, x0, iters: int = 20, line_steps: int = 12):
     return x, free, L, ok
 
 
-def backward_pass_placeholder(problem, n):
-    """Zeros of the structure, shapes and dtypes of :func:`backward_pass`'s ``(out, ok)``: the
-    initial carry of a loop whose body runs the backward pass (known without tracing it: an
-    ``eval_shape`` of the pass traced it, DDP's curvature terms included, a second time —
-    1.7 s of the 40-node attitude DDP solve's ~5 s of tracing, measured on a loaded 2-core CPU)."""
-    N, m, dtype = problem.steps, problem.control_dim, problem.dtype
-    out = dict(
-        K=jnp.zeros((N, m, n), dtype),
-        k=jnp.zeros((N, m), dtype),
-        Vx=jnp.zeros((N, n), dtype),
-        Vxx=jnp.zeros((N, n, n), dtype),
-        Quk=jnp.zeros((N,), dtype),
-        kQk=jnp.zeros((N,), dtype),
-        ok=jnp.zeros((N,), bool),
-    )
-    return out, jnp.zeros((), bool)
+class BackwardPass(eqx.Module):
+    """What the backward pass returns (crocoddyl's ``K_``, ``k_``, ``Vx_``, ``Vxx_`` and the
+    pieces of ``expectedImprovement``), each with a leading axis ``(steps,)``.
+
+    Fields:
+        K: feedback gains ``(steps, m, n)`` (zero rows on the controls clamped by the box QP).
+        k: feedforward ``(steps, m)``, the box QP's minimizer.
+        Vx, Vxx: value gradient ``(steps, n)`` and Hessian ``(steps, n, n)`` of nodes
+            ``0 … steps − 1`` (the terminal ones are :class:`.linearize.Linearization`'s).
+        Quk, kQk: ``Q_u·k`` and ``kᵀQ_uu k`` of each node (the controls' part of the expected
+            improvement, :class:`.line_search.ExpectedImprovement`).
+        ok: whether every factorization succeeded and the result is finite (a scalar).
+    """
+
+    K: jax.Array
+    k: jax.Array
+    Vx: jax.Array
+    Vxx: jax.Array
+    Quk: jax.Array
+    kQk: jax.Array
+    ok: jax.Array
+
+    @classmethod
+    def placeholder(cls, problem, n) -> BackwardPass:
+        """Zeros of the structure, shapes and dtypes of :func:`backward_pass`'s result: the
+        initial carry of a loop whose body runs the backward pass (known without tracing it: an
+        ``eval_shape`` of the pass traced it, DDP's curvature terms included, a second time —
+        1.7 s of the 40-node attitude DDP solve's ~5 s of tracing, measured on a loaded 2-core
+        CPU)."""
+        N, m, dtype = problem.steps, problem.control_dim, problem.dtype
+        return cls(
+            K=jnp.zeros((N, m, n), dtype),
+            k=jnp.zeros((N, m), dtype),
+            Vx=jnp.zeros((N, n), dtype),
+            Vxx=jnp.zeros((N, n, n), dtype),
+            Quk=jnp.zeros((N,), dtype),
+            kQk=jnp.zeros((N,), dtype),
+            ok=jnp.zeros((), bool),
+        )
 
 
-def backward_pass(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, reg):
-    """The Riccati recursion with the box QP; returns gains, value derivatives, the expected
-    improvement pieces and whether every factorization succeeded."""
-    n = Vx_N.shape[0]
+def gauss_newton_model(node: NodeDerivatives, Vx, Vxx):
+    """The quadratic model of a node with first-order dynamics: ``Q = [l_xx l_xu; l_ux l_uu] +
+    [A B]ᵀ V_xx [A B]`` and ``q = [l_x; l_u] + [A B]ᵀ V_x``, in two products with ``[A B]``
+    (``V_x`` the value gradient at the gap, ``V_x + V_xx f̄``)."""
+    J = node.J  # [A B] (n, n + m)
+    VJ = Vxx @ J
+    return node.hess + J.T @ VJ, node.grad + Vx @ J
+
+
+def backward_pass(problem, solver, lin: Linearization, xs, us, k_prev, reg) -> BackwardPass:
+    """The Riccati recursion with the box QP from the linearization ``lin`` (its gaps
+    ``lin.nodes.gap``) at the iterate ``(xs, us)``, the box QPs warm-started at ``k_prev``,
+    under the regularization ``reg`` of ``Q_uu``; each node's quadratic model is
+    ``solver.quadratic_model`` (:class:`~geomjax.control.trajopt.ILQR`'s Gauss–Newton one, or
+    :class:`~geomjax.control.trajopt.DDP`'s with the dynamics' curvature)."""
+    n = lin.terminal_grad.shape[0]
     m = problem.control_dim
     eye = jnp.eye(m, dtype=problem.dtype)
 
     def body(carry, inp):
         Vx, Vxx = carry
-        li, f_next, u, kp, x, xn, t = inp
-        J = li["J"]  # [A B] (n, n + m)
-        Vx_eff = Vx + Vxx @ f_next
-        VJ = Vxx @ J
-        # the quadratic model [Q_xx Q_xu; Q_ux Q_uu] and [Q_x; Q_u] in two products with [A B]
-        Q = li["hess"] + J.T @ VJ
-        q = li["grad"] + Vx_eff @ J
-        if solver.second_order:
-            Q = Q + dynamics_curvature(problem, x, u, xn, t, Vx_eff)
+        node, u, kp, x, xn, t = inp
+        Vx_eff = Vx + Vxx @ node.gap
+        # the quadratic model [Q_xx Q_xu; Q_ux Q_uu] and [Q_x; Q_u]
+        Q, q = solver.quadratic_model(problem, node, t, x, u, xn, Vx_eff, Vxx)
         Qx, Qu = q[:n], q[n:]
         Qxx, Qux = Q[:n, :n], Q[n:, :n]
         Quu = 0.5 * (Q[n:, n:] + Q[n:, n:].T)
@@ -138,17 +169,18 @@ def backward_pass(problem, solver, lin, Vx_N, Vxx_N, gaps_next, xs, us, k_prev, 
         QuxK = Qux.T @ K
         Vxx1 = Qxx + K.T @ (Quu @ K) + QuxK + QuxK.T
         Vxx1 = 0.5 * (Vxx1 + Vxx1.T)
-        out = dict(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu_k, ok=ok)
+        out = BackwardPass(K=K, k=kff, Vx=Vx1, Vxx=Vxx1, Quk=Qu @ kff, kQk=kff @ Quu_k, ok=ok)
         return (Vx1, Vxx1), out
 
     inputs = (
-        lin,
-        gaps_next,
+        lin.nodes,
         us,
         k_prev,
         tree_index(xs, slice(None, -1)),
         tree_index(xs, slice(1, None)),
+        problem.times,
     )
-    (_, _), out = jax.lax.scan(body, (Vx_N, Vxx_N), (*inputs, problem.times), reverse=True)
-    ok = jnp.all(out["ok"]) & jnp.all(jnp.isfinite(out["Vxx"])) & jnp.all(jnp.isfinite(out["k"]))
-    return out, ok
+    carry = (lin.terminal_grad, lin.terminal_hess)
+    _, out = jax.lax.scan(body, carry, inputs, reverse=True)
+    ok = jnp.all(out.ok) & jnp.all(jnp.isfinite(out.Vxx)) & jnp.all(jnp.isfinite(out.k))
+    return eqx.tree_at(lambda o: o.ok, out, ok)

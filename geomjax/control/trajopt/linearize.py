@@ -4,13 +4,47 @@ second-order dynamics term."""
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .problem import ResidualCost, tree_index
 
+__all__ = ["Linearization", "NodeDerivatives", "dynamics_curvature", "linearize_nodes"]
 
-def linearize_nodes(problem, xs, us, duals):
+
+class NodeDerivatives(eqx.Module):
+    """The derivatives of the running nodes in the chart at the iterate (crocoddyl's action
+    data after ``calcDiff``), with a leading axis ``(steps,)`` (one node's slice in the backward
+    pass's ``scan``); ``z = (δ, w)`` ``(n + m,)`` is the chart's deviation of the state and the
+    control, ``F(z) = f(x̄_k ⊕ δ, ū_k + w) ⊖ x̄_{k+1}``.
+
+    Fields:
+        gap: ``F(0)`` ``(n,)``, the multiple-shooting defect into node ``k + 1`` (zero after a
+            rollout).
+        J: ``[A B] = ∂F/∂z`` at 0 ``(n, n + m)``, the change of chart included.
+        grad: ``[l_x; l_u]`` ``(n + m,)`` of ``dt·l`` and of the augmented-Lagrangian terms.
+        hess: ``[l_xx l_xu; l_ux l_uu]`` ``(n + m, n + m)`` (Gauss–Newton for residual costs and
+            the augmented-Lagrangian terms).
+    """
+
+    gap: jax.Array
+    J: jax.Array
+    grad: jax.Array
+    hess: jax.Array
+
+
+class Linearization(eqx.Module):
+    """The linearization of a whole iterate: the running nodes (:class:`NodeDerivatives`,
+    ``(steps, ...)``) and the terminal cost's gradient ``Φ_x`` ``(n,)`` and Hessian ``Φ_xx``
+    ``(n, n)`` in the chart (``V_x``, ``V_xx`` at the last node)."""
+
+    nodes: NodeDerivatives
+    terminal_grad: jax.Array
+    terminal_hess: jax.Array
+
+
+def linearize_nodes(problem, xs, us, duals) -> Linearization:
     """Per-node derivatives in the chart (vmapped over the horizon) and the terminal ones."""
     sys, chart = problem.system, problem.chart
     x_run = tree_index(xs, slice(None, -1))
@@ -44,7 +78,7 @@ def linearize_nodes(problem, xs, us, duals):
                 lambda z: problem.path_inequality(t, *at(z)), li, duals.penalty, False, z0
             )
             grad, hess = grad + g_, hess + h_
-        return dict(gap=gap, J=J, grad=grad, hess=hess)
+        return NodeDerivatives(gap=gap, J=J, grad=grad, hess=hess)
 
     lin = jax.vmap(node)(x_run, us, x_next, problem.times, duals.path_eq, duals.path_ineq)
 
@@ -71,7 +105,7 @@ def linearize_nodes(problem, xs, us, duals):
             z0,
         )
         grad, hess = grad + g_, hess + h_
-    return lin, grad, hess
+    return Linearization(lin, grad, hess)
 
 
 def _node_map(problem, x, u, xn, t):

@@ -13,20 +13,39 @@ through one loop (:func:`.loop.iterate`), so a new solver needs no edit of the l
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .backward import backward_pass, backward_pass_placeholder
-from .line_search import line_search_pass
-from .linearize import linearize_nodes
+from .backward import BackwardPass, backward_pass, gauss_newton_model
+from .line_search import (
+    TH_GRAD,
+    ExpectedImprovement,
+    Trial,
+    expected_improvement,
+    forward_pass,
+    line_search,
+)
+from .linearize import Linearization, NodeDerivatives, dynamics_curvature, linearize_nodes
 from .loop import iterate
 from .problem import Duals, constraint_values, total_cost, tree_index, zero_duals
 from .solution import CONSTRAINTS, MAX_ITERS, NONFINITE, REG_LIMIT, SUCCESSFUL, OCPSolution
 
-__all__ = ["DDP", "ILQR", "AbstractDDPSolver", "AbstractOCPSolver", "AugmentedLagrangian"]
+__all__ = [
+    "DDP",
+    "ILQR",
+    "ALHistory",
+    "AbstractDDPSolver",
+    "AbstractOCPSolver",
+    "AugmentedLagrangian",
+    "DDPHistory",
+    "DDPState",
+    "History",
+    "StrictFDDP",
+]
 
 
 class AbstractOCPSolver(eqx.Module):
@@ -63,7 +82,22 @@ class AbstractOCPSolver(eqx.Module):
 
 
 class AbstractDDPSolver(AbstractOCPSolver):
-    """Settings shared by :class:`ILQR` and :class:`DDP` (defaults from crocoddyl's FDDP).
+    """The DDP-type solvers (:class:`ILQR`, :class:`DDP`, :class:`StrictFDDP`): settings
+    (defaults from crocoddyl's FDDP) and one iteration as named phases, each a method that a
+    variant overrides (crocoddyl's ``SolverDDP`` names them so, and ``SolverBoxDDP`` /
+    ``SolverFDDP`` each override one).  :meth:`step` runs
+
+        lin = linearize(state)                                    # calcDiff
+        reg, direction = compute_direction(state, lin)            # computeDirection
+            (backward_pass under a raised regularization until it succeeds; each node's
+             quadratic model by quadratic_model)
+        improvement = expected_improvement(lin, direction)       # expectedImprovement
+        stop, converged = stopping_criterion(state, improvement, direction)   # stoppingCriteria
+        trial = line_search(state, direction, improvement)     # tryStep + accepts, α = 1, ½, …
+        reg = update_regularization(reg, trial, converged)        # {in,de}creaseRegularization
+
+    and records the iteration in the :class:`DDPHistory`.  The methods are traced inside the
+    solver's ``lax.while_loop``: jittable code of arrays, no Python control flow on values.
 
     Fields:
         tol: stop once the iterate is feasible (no gaps) and the expected improvement of a full
@@ -85,40 +119,209 @@ class AbstractDDPSolver(AbstractOCPSolver):
     accept: float = 0.1
     accept_increase: float = 2.0
     qp_iters: int = eqx.field(static=True, default=20)
-    second_order: ClassVar[bool] = False
 
-    def init(self, problem, xs, us, feasible, max_iters: int, duals=None, k=None):
+    def init(self, problem, xs, us, feasible, max_iters: int, duals=None, k=None) -> DDPState:
         """Also: ``duals``, the augmented-Lagrangian multipliers and penalty held fixed during
         the solve (default: none), and ``k``, the warm start of the box QPs' feedforward."""
         return _ddp_init(self, problem, xs, us, feasible, max_iters, duals, k)
 
-    def step(self, problem, state):
+    def step(self, problem, state: DDPState) -> DDPState:
+        """One iteration: the phases in the order of the class docstring."""
         return _ddp_step(self, problem, state)
 
-    def terminate(self, problem, state):
+    def terminate(self, problem, state: DDPState):
         return state.done, state.result
 
-    def postprocess(self, problem, state) -> OCPSolution:
+    def postprocess(self, problem, state: DDPState) -> OCPSolution:
         return _ddp_postprocess(problem, state)
+
+    # --- the phases ---------------------------------------------------------------------------
+    def linearize(self, problem, state: DDPState) -> Linearization:
+        """The derivatives of every node in the chart at the iterate (crocoddyl's ``calcDiff``):
+        ``F(z) = f(x̄_k ⊕ δ, ū_k + w) ⊖ x̄_{k+1}`` and its Jacobian ``[A B]`` at ``z = 0``, the
+        cost's ``[l_x; l_u]`` and ``[l_xx l_xu; l_ux l_uu]`` (the augmented-Lagrangian terms of
+        ``state.duals`` included) and the terminal ``Φ_x``, ``Φ_xx``.  The gaps ``F(0)`` are
+        the multiple-shooting defects ``f̄_{k+1}``, set to zero on a feasible iterate (a rollout,
+        whose round-off is no gap)."""
+        lin = linearize_nodes(problem, state.xs, state.us, state.duals)
+        gaps = jnp.where(state.feasible, 0.0, lin.nodes.gap)
+        return eqx.tree_at(lambda l_: l_.nodes.gap, lin, gaps)
+
+    def quadratic_model(self, problem, node: NodeDerivatives, t, x, u, x_next, Vx, Vxx):
+        """The quadratic model ``(Q, q)`` of one node, ``Q = [Q_xx Q_xu; Q_ux Q_uu]``
+        ``(n + m, n + m)`` and ``q = [Q_x; Q_u]``, from the value gradient at the gap
+        ``V'_x = V_x + V_xx f̄`` and ``V_xx`` of the next node (in crocoddyl, the first lines of
+        ``backwardPass``'s loop):
+
+            Q_x = l_x + Aᵀ V'_x,  Q_u = l_u + Bᵀ V'_x,
+            Q_xx = l_xx + Aᵀ V_xx A,  Q_ux = l_ux + Bᵀ V_xx A,  Q_uu = l_uu + Bᵀ V_xx B
+
+        (first-order dynamics: Gauss–Newton).  ``t, x, u, x_next``: the node's time, state,
+        control and the next node's state (:class:`DDP` differentiates the dynamics there)."""
+        return gauss_newton_model(node, Vx, Vxx)
+
+    def backward_pass(self, problem, state: DDPState, lin: Linearization, reg) -> BackwardPass:
+        """One Riccati recursion under the regularization ``reg`` (crocoddyl's
+        ``backwardPass``): from ``V_x = Φ_x``, ``V_xx = Φ_xx`` at the last node, each node's
+        model (:meth:`quadratic_model`), the feedforward ``k`` minimizing ``½ kᵀ(Q_uu + reg I)k
+        + Q_uᵀ k`` over the box ``lower − ū ≤ k ≤ upper − ū`` (projected Newton, crocoddyl's
+        ``SolverBoxDDP``; plain Cholesky without bounds, warm-started at ``state.k``), the
+        feedback ``K = −(Q_uu + reg I)_ff⁻¹ Q_ux`` on the free controls, and
+
+            V_x = Q_x + Kᵀ(Q_uu k + Q_u) + Q_uxᵀ k,   V_xx = Q_xx + Kᵀ(Q_uu K + Q_ux) + Q_uxᵀ K.
+
+        ``ok`` of the result: whether every factorization succeeded."""
+        return backward_pass(problem, self, lin, state.xs, state.us, state.k, reg)
+
+    def compute_direction(self, problem, state: DDPState, lin: Linearization):
+        """``(reg, direction)``: :meth:`backward_pass` from ``state.reg``, the regularization
+        raised by ``reg_factor`` (up to ``reg_max``) until every factorization succeeds
+        (crocoddyl's ``computeDirection`` with ``increaseRegularization`` on its failure).
+        ``direction.ok`` is False when ``reg_max`` did not suffice."""
+        n = lin.terminal_grad.shape[0]
+
+        # the backward pass appears once in the program (inside the loop, run at least once):
+        # a first call outside it would double the compiled code (DDP's curvature terms most)
+        def retry_cond(c):
+            reg, out, first = c
+            return first | (~out.ok & (reg < self.reg_max))
+
+        def retry_body(c):
+            reg, _, first = c
+            reg = jnp.where(first, reg, jnp.minimum(reg * self.reg_factor, self.reg_max))
+            return reg, self.backward_pass(problem, state, lin, reg), jnp.zeros((), bool)
+
+        init = (state.reg, BackwardPass.placeholder(problem, n), jnp.ones((), bool))
+        reg, direction, _ = jax.lax.while_loop(retry_cond, retry_body, init)
+        return reg, direction
+
+    def expected_improvement(
+        self, problem, lin: Linearization, direction: BackwardPass
+    ) -> ExpectedImprovement:
+        """The model's decrease of the cost for a step of length ``α``, ``α (d₁ + α d₂/2)``
+        (crocoddyl's FDDP ``expectedImprovement``; :class:`.line_search.ExpectedImprovement`):
+        with the gaps ``f̄`` and ``V'_x = V_x + V_xx f̄``,
+
+            d₁ = −Σ Q_u·k − Σ V'_x·f̄ + dv,   d₂ = −Σ kᵀQ_uu k + Σ f̄ᵀV_xx f̄ − 2 dv,
+
+        ``dv = Σ f̄ᵀV_xx (x ⊖ x̄)`` known once the rollout is (:meth:`try_step`)."""
+        n = lin.terminal_grad.shape[0]
+        gaps_into = jnp.concatenate([jnp.zeros((1, n), problem.dtype), lin.nodes.gap])
+        return expected_improvement(lin, direction, gaps_into)
+
+    def stopping_criterion(
+        self, problem, state: DDPState, improvement: ExpectedImprovement, direction
+    ):
+        """``(stop, converged)`` (crocoddyl's ``stoppingCriteria``, there ``|d₁ + d₂/2|`` at
+        ``dv = 0`` too): ``stop = |d₁ + d₂/2|`` of a full step, converged when the backward pass
+        succeeded, the iterate is feasible and ``stop ≤ tol · (1 + |J|)``."""
+        tol = default_tol(self, problem.dtype)
+        stop = improvement.full_step
+        converged = direction.ok & state.feasible & (stop <= tol * (1 + jnp.abs(state.cost)))
+        return stop, converged
+
+    def try_step(
+        self,
+        problem,
+        state: DDPState,
+        direction: BackwardPass,
+        improvement: ExpectedImprovement,
+        alpha,
+    ) -> Trial:
+        """The forward pass of step length ``alpha`` and its acceptance (crocoddyl's
+        ``tryStep`` and the test after it in ``solve``): the rollout ``u = clip(ū + α k + K (x ⊖
+        x̄))`` that closes ``α`` of the gaps, its cost ``J'``, the predicted decrease
+        ``α (d₁ + α d₂/2)`` with ``dv`` of this rollout, and :meth:`accepts` on it."""
+        xs_t, us_t, cost_t, dx = forward_pass(
+            problem,
+            state.xs,
+            state.us,
+            improvement.gaps[1:],
+            direction.K,
+            direction.k,
+            alpha,
+            state.feasible,
+            state.duals,
+        )
+        d1, d2 = improvement.terms(dx)
+        expected = alpha * (d1 + 0.5 * alpha * d2)
+        actual = state.cost - cost_t
+        accepted = jnp.isfinite(cost_t) & self.accepts(state, d1, expected, actual)
+        return Trial(accepted=accepted, xs=xs_t, us=us_t, cost=cost_t, alpha=alpha)
+
+    def accepts(self, state: DDPState, d1, expected, actual):
+        """Whether a trial of predicted decrease ``expected`` and actual decrease ``actual``
+        (``J − J'``) is accepted.  A predicted decrease (``expected > 0``) needs ``actual ≥
+        accept · expected``; a predicted increase (the gaps' terms can make one) may be
+        exceeded by ``accept_increase``: ``actual ≥ accept_increase · expected``; either is
+        accepted outright when ``d₁ < 1e-12``.  crocoddyl's ``SolverFDDP`` accepts a predicted
+        increase only while gaps remain and tests ``|d₁|`` (:class:`StrictFDDP`)."""
+        small = d1 < TH_GRAD
+        acc_pos = (expected > 0) & (small | (actual >= self.accept * expected))
+        acc_neg = (expected <= 0) & (small | (actual >= self.accept_increase * expected))
+        return acc_pos | acc_neg
+
+    def line_search(
+        self, problem, state: DDPState, direction: BackwardPass, improvement, search
+    ) -> Trial:
+        """:meth:`try_step` at ``α = 1, ½, …, 2^{1−line_steps}`` until one is accepted (while
+        ``search``); the last :class:`~.line_search.Trial`."""
+        return line_search(problem, self, state, direction, improvement, search)
+
+    def update_regularization(self, reg, trial: Trial, converged):
+        """The Levenberg–Marquardt schedule after the line search (crocoddyl's
+        ``decreaseRegularization`` / ``increaseRegularization``): ``reg ← max(reg / reg_factor,
+        reg_min)`` after an accepted step longer than ½, ``reg ← reg · reg_factor`` when no step
+        was accepted (and the iterate has not converged), else unchanged."""
+        reg1 = jnp.where(
+            trial.accepted & (trial.alpha > 0.5),
+            jnp.maximum(reg / self.reg_factor, self.reg_min),
+            reg,
+        )
+        return jnp.where(~trial.accepted & ~converged, reg1 * self.reg_factor, reg1)
 
 
 class ILQR(AbstractDDPSolver):
     """Iterative LQR (Gauss–Newton DDP: first-order dynamics, exact cost Hessians) in the
     left-trivialized chart, control-limited by the box QP, with multiple-shooting gaps.  See the
-    module docstring for the recursion."""
-
-    second_order: ClassVar[bool] = False
+    module docstring for the recursion; its phases are :class:`AbstractDDPSolver`'s."""
 
 
 class DDP(AbstractDDPSolver):
     """Differential dynamic programming: :class:`ILQR` plus the second-order dynamics terms
     ``V'_x · ∂²f`` (the Hessian of ``(δ, w) ↦ f(x̄ ⊕ δ, ū + w) ⊖ x̄'`` by JAX autodiff, the chart's
-    curvature included) in ``Q_xx, Q_ux, Q_uu``.  The contraction is computed in the backward
-    pass as the Hessian of the scalar ``z ↦ V'_x · F(z)`` (forward-over-reverse, ``n + m``
-    Hessian-vector products per node) rather than the full ``(n, n + m, n + m)`` tensor; its cost
-    per iteration is a few iLQR iterations (quadrotor: ~5×)."""
+    curvature included) in ``Q_xx, Q_ux, Q_uu`` — one override, :meth:`quadratic_model`.  The
+    contraction is computed in the backward pass as the Hessian of the scalar ``z ↦ V'_x ·
+    F(z)`` (forward-over-reverse, ``n + m`` Hessian-vector products per node) rather than the
+    full ``(n, n + m, n + m)`` tensor; its cost per iteration is a few iLQR iterations
+    (quadrotor: ~5×)."""
 
-    second_order: ClassVar[bool] = True
+    def quadratic_model(self, problem, node: NodeDerivatives, t, x, u, x_next, Vx, Vxx):
+        """:class:`ILQR`'s model plus ``V'_x · ∂²F`` ``(n + m, n + m)`` in ``Q`` (added to
+        ``Q_xx``, ``Q_ux``, ``Q_uu``; :func:`.linearize.dynamics_curvature`)."""
+        Q, q = super().quadratic_model(problem, node, t, x, u, x_next, Vx, Vxx)
+        return Q + dynamics_curvature(problem, x, u, x_next, t, Vx), q
+
+
+class StrictFDDP(ILQR):
+    """:class:`ILQR` with crocoddyl's ``SolverFDDP`` acceptance test exactly — the one phase it
+    overrides is :meth:`accepts`.  Compared with the default test:
+
+    * a predicted *increase* (``expected < 0``, from the gaps' terms) is accepted only while the
+      iterate is infeasible (``actual > accept_increase · expected``); on a feasible iterate
+      such a step is rejected;
+    * the outright acceptance of a negligible model tests ``|d₁| < 1e-12`` (crocoddyl's
+      ``th_grad``), not the signed ``d₁ < 1e-12`` (which also accepts any step of a strongly
+      negative ``d₁``);
+    * the sufficient-decrease tests are strict (``>``), and ``expected = 0`` counts as a
+      descent.
+
+    It converges to the optimum :class:`ILQR` finds; the iterates on the way may differ."""
+
+    def accepts(self, state: DDPState, d1, expected, actual):
+        descent = (jnp.abs(d1) < TH_GRAD) | (actual > self.accept * expected)
+        increase = ~state.feasible & (actual > self.accept_increase * expected)
+        return jnp.where(expected >= 0, descent, increase)
 
 
 class AugmentedLagrangian(AbstractOCPSolver):
@@ -165,10 +368,68 @@ def default_tol(solver, dtype):
 
 
 # --- ILQR / DDP -------------------------------------------------------------------------------
-class _DDPState(eqx.Module):
+class History(eqx.Module):
+    """A per-iteration record: every field an array ``(max_iters,)``, NaN after the last
+    iteration."""
+
+    @property
+    def max_iters(self) -> int:
+        return getattr(self, dataclasses.fields(self)[0].name).shape[0]
+
+    def record(self, it, **values):
+        """The history with entry ``it`` of each named field set to its value."""
+        new = {k: getattr(self, k).at[it].set(v) for k, v in values.items()}
+        return eqx.tree_at(lambda h: [getattr(h, k) for k in new], self, list(new.values()))
+
+    def as_dict(self) -> dict:
+        """The fields by name (:attr:`OCPSolution.history`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+class DDPHistory(History):
+    """Per-iteration record of a DDP-type solve, arrays ``(max_iters,)`` (NaN after the last
+    iteration); :attr:`OCPSolution.history` is its :meth:`as_dict`.
+
+    Fields:
+        cost: ``J`` before the step (the augmented-Lagrangian terms included).
+        gap: largest multiple-shooting defect before the step.
+        reg: the regularization the backward pass succeeded with.
+        step: the accepted step length ``α`` (0 when none was).
+        stop: the expected improvement of a full step ``|d₁ + d₂/2|``.
+        time: wall seconds at the end of the iteration (filled in by an eager
+            :func:`~geomjax.control.trajopt.solve_ocp`).
+    """
+
+    cost: jax.Array
+    gap: jax.Array
+    reg: jax.Array
+    step: jax.Array
+    stop: jax.Array
+    time: jax.Array
+
+    @classmethod
+    def empty(cls, max_iters: int, dtype) -> DDPHistory:
+        nan = jnp.full((max_iters,), jnp.nan, dtype)
+        return cls(cost=nan, gap=nan, reg=nan, step=nan, stop=nan, time=nan)
+
+
+class DDPState(eqx.Module):
+    """The state of a DDP-type solve between iterations.
+
+    Fields:
+        xs, us: the iterate (states with a leading axis ``(steps + 1,)``, controls).
+        cost: its cost, the augmented-Lagrangian terms of ``duals`` included.
+        feasible: whether ``xs`` is a rollout of ``us`` (no gaps).
+        reg: the regularization the next backward pass starts from.
+        it: iterations run; result: status code; done: whether to stop.
+        K, k: the gains of the last backward pass (``k`` warm-starts the next box QPs).
+        hist: :class:`DDPHistory`.
+        duals: the augmented-Lagrangian multipliers and penalty, fixed during the solve.
+    """
+
     xs: Any
     us: jax.Array
-    cost: jax.Array  # including the augmented-Lagrangian terms of ``duals``
+    cost: jax.Array
     feasible: jax.Array
     reg: jax.Array
     it: jax.Array
@@ -176,8 +437,8 @@ class _DDPState(eqx.Module):
     done: jax.Array
     K: jax.Array
     k: jax.Array
-    hist: dict
-    duals: Any  # fixed during the solve (zero without constraints)
+    hist: DDPHistory
+    duals: Any
 
 
 def _ddp_init(solver, problem, xs, us, feasible, max_iters, duals=None, k=None):
@@ -185,11 +446,9 @@ def _ddp_init(solver, problem, xs, us, feasible, max_iters, duals=None, k=None):
     n = problem.chart.dim(problem.system, problem.state0)
     m, N = problem.control_dim, problem.steps
     duals = zero_duals(problem) if duals is None else duals
-    nan = jnp.full((max_iters,), jnp.nan, dtype)
-    hist = dict(cost=nan, gap=nan, reg=nan, step=nan, stop=nan, time=nan)
     cost0 = total_cost(problem, xs, us, duals)
     finite0 = jnp.isfinite(cost0)
-    return _DDPState(
+    return DDPState(
         xs=xs,
         us=us,
         cost=cost0,
@@ -200,94 +459,52 @@ def _ddp_init(solver, problem, xs, us, feasible, max_iters, duals=None, k=None):
         done=~finite0,
         K=jnp.zeros((N, m, n), dtype),
         k=jnp.zeros((N, m), dtype) if k is None else k,
-        hist=hist,
+        hist=DDPHistory.empty(max_iters, dtype),
         duals=duals,
     )
 
 
-def _ddp_step(solver, problem, s: _DDPState) -> _DDPState:
-    """One iteration: linearize, backward pass (regularized until it succeeds), line search."""
-    dtype = problem.dtype
-    n = problem.chart.dim(problem.system, problem.state0)
-    max_iters = s.hist["cost"].shape[0]
-    tol = default_tol(solver, dtype)
-    duals = s.duals
-    lin, VxN, VxxN = linearize_nodes(problem, s.xs, s.us, duals)
-    gaps = jnp.where(s.feasible, 0.0, lin["gap"])
-
-    # backward pass, raising the regularization until every factorization succeeds
-    def bw(reg):
-        return backward_pass(problem, solver, lin, VxN, VxxN, gaps, s.xs, s.us, s.k, reg)
-
-    # the backward pass appears once in the program (inside the loop, run at least once):
-    # a first call outside it would double the compiled code (DDP's curvature terms most)
-    def retry_cond(c):
-        reg, _, ok, first = c
-        return first | (~ok & (reg < solver.reg_max))
-
-    def retry_body(c):
-        reg, _, _, first = c
-        reg = jnp.where(first, reg, jnp.minimum(reg * solver.reg_factor, solver.reg_max))
-        out, ok = bw(reg)
-        return reg, out, ok, jnp.zeros((), bool)
-
-    out0, ok0 = backward_pass_placeholder(problem, n)
-    init = (s.reg, out0, ok0, jnp.ones((), bool))
-    reg, out, ok, _ = jax.lax.while_loop(retry_cond, retry_body, init)
-    Vx = jnp.concatenate([out["Vx"], VxN[None]])
-    Vxx = jnp.concatenate([out["Vxx"], VxxN[None]])
-    f_all = jnp.concatenate([jnp.zeros((1, n), dtype), gaps])  # gap into node k (f_0 = 0)
-    # the model's change of the cost for a full step from the node's deviation 0: the value
-    # at the gap, V_x·f + ½ fᵀV_xx f, summed with the controls' Q_u·k + ½ kᵀQ_uu k.  With
-    # d₁ = dg + dv and d₂ = dq − 2dv (dv from the forward pass, :mod:`.line_search`) the
-    # prediction α(d₁ + α d₂/2) is −ΔJ: dg takes the value gradient at the gap, V_x + V_xx f
-    # (crocoddyl's FDDP stores V_x so shifted), so that the quadratic gap term is −½ fᵀV_xx f.
-    fVf = jnp.einsum("ti,tij,tj->", f_all, Vxx, f_all)
-    dg = -jnp.sum(out["Quk"]) - jnp.sum(Vx * f_all) - fVf
-    dq = -jnp.sum(out["kQk"]) + fVf
-    stop = jnp.abs(dg + 0.5 * dq)
-    converged = ok & s.feasible & (stop <= tol * (1 + jnp.abs(s.cost)))
-
-    accepted, xs_t, us_t, cost_t, a = line_search_pass(
-        problem, solver, s, gaps, out, f_all, Vxx, dg, dq, ok & ~converged
-    )
-    step = jnp.where(accepted, a, 0.0)
-    xs1 = jax.tree_util.tree_map(lambda p, q: jnp.where(accepted, p, q), xs_t, s.xs)
-    us1 = jnp.where(accepted, us_t, s.us)
-    cost1 = jnp.where(accepted, cost_t, s.cost)
-    feasible1 = s.feasible | (accepted & (a == 1.0))
-    reg1 = jnp.where(
-        accepted & (a > 0.5), jnp.maximum(reg / solver.reg_factor, solver.reg_min), reg
-    )
-    reg1 = jnp.where(~accepted & ~converged, reg1 * solver.reg_factor, reg1)
-    give_up = (~ok | (~accepted & ~converged)) & (reg1 >= solver.reg_max)
+def _ddp_step(solver: AbstractDDPSolver, problem, s: DDPState) -> DDPState:
+    """One iteration: the phases of :class:`AbstractDDPSolver`, then the new state."""
+    lin = solver.linearize(problem, s)
+    reg, direction = solver.compute_direction(problem, s, lin)
+    improvement = solver.expected_improvement(problem, lin, direction)
+    stop, converged = solver.stopping_criterion(problem, s, improvement, direction)
+    trial = solver.line_search(problem, s, direction, improvement, direction.ok & ~converged)
+    accepted = trial.accepted
+    xs1 = jax.tree_util.tree_map(lambda p, q: jnp.where(accepted, p, q), trial.xs, s.xs)
+    us1 = jnp.where(accepted, trial.us, s.us)
+    cost1 = jnp.where(accepted, trial.cost, s.cost)
+    feasible1 = s.feasible | (accepted & (trial.alpha == 1.0))
+    reg1 = solver.update_regularization(reg, trial, converged)
+    give_up = (~direction.ok | (~accepted & ~converged)) & (reg1 >= solver.reg_max)
     result = jnp.where(converged, SUCCESSFUL, jnp.where(give_up, REG_LIMIT, s.result))
-    done = converged | give_up | (s.it + 1 >= max_iters)
-    hist = dict(
-        cost=s.hist["cost"].at[s.it].set(s.cost),
-        gap=s.hist["gap"].at[s.it].set(jnp.max(jnp.abs(gaps), initial=0.0)),
-        reg=s.hist["reg"].at[s.it].set(reg),
-        step=s.hist["step"].at[s.it].set(step),
-        stop=s.hist["stop"].at[s.it].set(stop),
-        time=s.hist["time"],
+    done = converged | give_up | (s.it + 1 >= s.hist.max_iters)
+    hist = s.hist.record(
+        s.it,
+        cost=s.cost,
+        gap=jnp.max(jnp.abs(lin.nodes.gap), initial=0.0),
+        reg=reg,
+        step=jnp.where(accepted, trial.alpha, 0.0),
+        stop=stop,
     )
-    return _DDPState(
-        xs1,
-        us1,
-        cost1,
-        feasible1,
-        reg1,
-        s.it + 1,
-        result.astype(jnp.int32),
-        done,
-        out["K"],
-        out["k"],
-        hist,
-        duals,
+    return DDPState(
+        xs=xs1,
+        us=us1,
+        cost=cost1,
+        feasible=feasible1,
+        reg=reg1,
+        it=s.it + 1,
+        result=result.astype(jnp.int32),
+        done=done,
+        K=direction.K,
+        k=direction.k,
+        hist=hist,
+        duals=s.duals,
     )
 
 
-def _ddp_postprocess(problem, s: _DDPState) -> OCPSolution:
+def _ddp_postprocess(problem, s: DDPState) -> OCPSolution:
     return OCPSolution(
         times=_node_times(problem),
         states=s.xs,
@@ -301,12 +518,29 @@ def _ddp_postprocess(problem, s: _DDPState) -> OCPSolution:
         ),
         status=s.result,
         iterations=s.it,
-        history=s.hist,
+        history=s.hist.as_dict(),
         duals=s.duals,
     )
 
 
 # --- augmented Lagrangian ---------------------------------------------------------------------
+class ALHistory(History):
+    """Per-outer-iteration record of an :class:`AugmentedLagrangian` solve, arrays
+    ``(max_outer,)`` (NaN after the last): ``cost`` (without constraint terms), ``violation``,
+    ``penalty``, ``inner_iterations``, ``time`` (eager solves)."""
+
+    cost: jax.Array
+    violation: jax.Array
+    penalty: jax.Array
+    inner_iterations: jax.Array
+    time: jax.Array
+
+    @classmethod
+    def empty(cls, max_outer: int, dtype) -> ALHistory:
+        nan = jnp.full((max_outer,), jnp.nan, dtype)
+        return cls(cost=nan, violation=nan, penalty=nan, inner_iterations=nan, time=nan)
+
+
 class _ALState(eqx.Module):
     xs: Any
     us: jax.Array
@@ -320,7 +554,7 @@ class _ALState(eqx.Module):
     done: jax.Array
     K: jax.Array
     k: jax.Array
-    hist: dict
+    hist: ALHistory
 
 
 def _violations(problem, xs, us):
@@ -342,8 +576,6 @@ def _al_init(solver, problem, xs, us, feasible, max_outer):
     N = problem.steps
     n = problem.chart.dim(problem.system, problem.state0)
     m = problem.control_dim
-    nan = jnp.full((max_outer,), jnp.nan, dtype)
-    hist = dict(cost=nan, violation=nan, penalty=nan, inner_iterations=nan, time=nan)
     return _ALState(
         xs=xs,
         us=us,
@@ -357,7 +589,7 @@ def _al_init(solver, problem, xs, us, feasible, max_outer):
         done=jnp.zeros((), bool),
         K=jnp.zeros((N, m, n), dtype),
         k=jnp.zeros((N, m), dtype),
-        hist=hist,
+        hist=ALHistory.empty(max_outer, dtype),
     )
 
 
@@ -365,7 +597,7 @@ def _al_step(solver, problem, c: _ALState) -> _ALState:
     """One outer iteration: an inner solve with the current multipliers, then their update."""
     dtype = problem.dtype
     inner = solver.inner
-    max_outer = c.hist["cost"].shape[0]
+    max_outer = c.hist.max_iters
     s = inner.init(problem, c.xs, c.us, c.feasible, solver.inner_iters, duals=c.duals, k=c.k)
     s = iterate(problem, inner, s)
     cons = _violations(problem, s.xs, s.us)
@@ -391,12 +623,8 @@ def _al_step(solver, problem, c: _ALState) -> _ALState:
     )
     it = c.it
     cost = problem.cost(s.xs, s.us)
-    hist = dict(
-        cost=c.hist["cost"].at[it].set(cost),
-        violation=c.hist["violation"].at[it].set(v),
-        penalty=c.hist["penalty"].at[it].set(rho),
-        inner_iterations=c.hist["inner_iterations"].at[it].set(s.it.astype(dtype)),
-        time=c.hist["time"],
+    hist = c.hist.record(
+        it, cost=cost, violation=v, penalty=rho, inner_iterations=s.it.astype(dtype)
     )
     # keep the multipliers of the converged iterate (the KKT multipliers)
     duals = jax.tree_util.tree_map(lambda a, b: jnp.where(success, b, a), duals, d)
@@ -428,6 +656,6 @@ def _al_postprocess(problem, c: _ALState) -> OCPSolution:
         violation=problem.violation(c.xs, c.us),
         status=c.result,
         iterations=c.total,
-        history=dict(c.hist),
+        history=c.hist.as_dict(),
         duals=c.duals,
     )
