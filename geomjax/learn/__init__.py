@@ -21,6 +21,7 @@ from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_
 from .models import (
     GroupLagrangianSystem,
     InputMapped,
+    ModelFit,
     NeuralDissipation,
     NeuralInertia,
     NeuralInputMap,
@@ -35,6 +36,7 @@ __all__ = [
     "FitResult",
     "GroupLagrangianSystem",
     "InputMapped",
+    "ModelFit",
     "NeuralDissipation",
     "NeuralInertia",
     "NeuralInputMap",

@@ -300,7 +300,7 @@ def _residual_vector(flat, weight, spec, model, method, adjoint, tables, noise):
     return jnp.concatenate([d, c])
 
 
-def _problem(
+def fitting_problem(
     system,
     data,
     where,
@@ -314,6 +314,10 @@ def _problem(
     adjoint,
     who,
 ):
+    """The least-squares problem of :func:`fit_parameters` (the arguments are its, ``who`` the
+    function named in errors): a namespace with ``residuals(flat, weight)``, ``flat0`` (the
+    initial unknowns: the unconstrained parameters, then the segments' states), ``args`` (the
+    arrays and static structure :func:`levenberg_marquardt` takes), ``unravel`` and ``build``."""
     model = system
     system, method_r = dynamics_of(model, method, who)
     G = system.group
@@ -483,7 +487,7 @@ def fitting_loss(
     parameters first, then the segments' configuration offsets and velocities), ``y0`` the
     initial guess and ``unravel(y) -> (theta, deltas, xis)``.  For custom optimizers (optax) and
     for checking gradients; the arguments are those of :func:`fit_parameters`."""
-    pb = _problem(
+    pb = fitting_problem(
         system,
         data,
         where,
@@ -575,7 +579,7 @@ def fit_parameters(
     """
     import optimistix as optx
 
-    pb = _problem(
+    pb = fitting_problem(
         system,
         data,
         where,
@@ -607,7 +611,7 @@ def fit_parameters(
         flat, num_steps = flat0, 0
         for w in [*weights, continuity_weight]:
             # one compiled program for every stage and every fit of the same structure
-            flat, r_all, J, converged, k, why = _lm_solve(
+            flat, r_all, J, converged, k, why, _ = levenberg_marquardt(
                 flat, jnp.asarray(w, dtype), max_steps - num_steps, rtol, atol, pb.args
             )
             num_steps += k
@@ -736,10 +740,14 @@ def _phys_jacobian(theta_flat, spec):
     return jax.jacfwd(phys)(theta_flat)
 
 
-def _lm_solve(x0, weight, max_steps, rtol, atol, args):
-    """Levenberg–Marquardt (:func:`_lm_run`) on the residuals of a fitting problem ``args``:
-    ``(x, r, J, converged, steps, reason)``."""
-    x, r, J, done, k, lam = _lm_run(x0, weight, jnp.asarray(max_steps), rtol, atol, *args)
+def levenberg_marquardt(x0, weight, max_steps, rtol, atol, args, history=0, svd=False):
+    """Levenberg–Marquardt (:func:`_lm_run_program`) on the residuals of a fitting problem
+    (``args`` of :func:`fitting_problem`): ``(x, r, J, converged, steps, reason, costs)``, with
+    ``costs`` the cost ``½ Σ r²`` of the accepted point after each of the first ``history``
+    iterations (NumPy; the first is the initial guess's); ``svd``: see :func:`_lm_run_program`."""
+    x, r, J, done, k, lam, hist = _lm_run(
+        x0, weight, jnp.asarray(max_steps), rtol, atol, *args, history=int(history), svd=bool(svd)
+    )
     done, k, lam = bool(done), int(k), float(lam)
     if done:
         why = "converged"
@@ -747,10 +755,24 @@ def _lm_solve(x0, weight, max_steps, rtol, atol, args):
         why = "the damping grew without bound (no step lowers the cost)"
     else:
         why = f"max_steps={max_steps} reached"
-    return x, r, J, done, k, why
+    return x, r, J, done, k, why, np.asarray(hist)[: min(k, int(history))]
 
 
-def _lm_run_program(x0, weight, max_steps, rtol, atol, spec, model, method, adjoint, tables, noise):
+def _lm_run_program(
+    x0,
+    weight,
+    max_steps,
+    rtol,
+    atol,
+    spec,
+    model,
+    method,
+    adjoint,
+    tables,
+    noise,
+    history=0,
+    svd=False,
+):
     """Levenberg–Marquardt with Marquardt's diagonal scaling (Nocedal & Wright, *Numerical
     Optimization*, 2nd ed., Springer 2006, §10.3), the Jacobian by forward mode (``jax.jacfwd``:
     the unknowns are few, the residuals many), in one compiled ``lax.while_loop``.
@@ -763,7 +785,10 @@ def _lm_run_program(x0, weight, max_steps, rtol, atol, spec, model, method, adjo
     A module-level function of the problem's arrays and static structure (``spec``, the model's
     and the method's structure, the tables' sizes): the data, the initial guess, the continuity
     weight, ``max_steps`` and the model's values are traced, so a new fit of the same structure
-    reuses the compiled program.
+    reuses the compiled program.  ``history`` (static): the length of the record of the accepted
+    cost after each iteration that is returned last.  ``svd`` (static): the step and the
+    decrement from the SVD of the column-scaled Jacobian instead of the normal equations (for
+    rank-deficient problems, e.g. networks, whose ``JᵀJ`` is singular in floating point).
     """
     TRACES["levenberg_marquardt"] += 1
 
@@ -787,14 +812,15 @@ def _lm_run_program(x0, weight, max_steps, rtol, atol, spec, model, method, adjo
         jnp.asarray(1e-3, dtype),
         jnp.asarray(0),
         jnp.asarray(False),
+        jnp.full((max(int(history), 1),), jnp.nan, dtype),
     )
 
     def cond(c):
-        *_, lam, k, done = c
+        *_, lam, k, done, _ = c
         return (~done) & (k < max_steps) & (lam < 1e16)
 
     def body(c):
-        x, r, J, cost, xt, lam, k, _ = c
+        x, r, J, cost, xt, lam, k, _, hist = c
         Jt, rt = jac_and_value(xt)
         cost_t = 0.5 * jnp.sum(rt**2)
         ok = jnp.isfinite(cost_t) & (cost_t <= cost)
@@ -810,18 +836,31 @@ def _lm_run_program(x0, weight, max_steps, rtol, atol, spec, model, method, adjo
         J = jnp.where(ok, Jt, J)
         cost = jnp.where(ok, cost_t, cost)
         lam = jnp.where(first, lam, jnp.where(ok, lam / 3.0, lam * 2.0))
-        JtJ = J.T @ J
         g = J.T @ r
-        D = jnp.maximum(jnp.diag(JtJ), jnp.finfo(dtype).tiny)
-        dx = -jnp.linalg.solve(JtJ + lam * jnp.diag(D), g)
-        # the Gauss–Newton decrement: what a full Gauss–Newton step would still gain
-        dec = 0.5 * g @ jnp.linalg.solve(JtJ + 1e-12 * jnp.diag(D), g)
+        if svd:
+            # through the SVD of the column-scaled J (not the normal equations, whose condition
+            # is J's squared): the damped step and the decrement over J's numerical range
+            # (a zero column, e.g. a potential's constant offset, which no motion sees: 1)
+            d = jnp.linalg.norm(J, axis=0)
+            d = jnp.where(d > 0, d, 1.0)
+            U, sv, Vt = jnp.linalg.svd(J / d, full_matrices=False)
+            ur = U.T @ r
+            dx = -(Vt.T @ (sv * ur / (sv**2 + lam))) / d
+            live = sv > jnp.finfo(dtype).eps * max(J.shape) * sv[0]
+            dec = 0.5 * jnp.sum(jnp.where(live, ur, 0.0) ** 2)
+        else:
+            JtJ = J.T @ J
+            D = jnp.maximum(jnp.diag(JtJ), jnp.finfo(dtype).tiny)
+            dx = -jnp.linalg.solve(JtJ + lam * jnp.diag(D), g)
+            # the Gauss–Newton decrement: what a full Gauss–Newton step would still gain
+            dec = 0.5 * g @ jnp.linalg.solve(JtJ + 1e-12 * jnp.diag(D), g)
         converged_here = ~first & (dec <= rtol * cost + atol)
         done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
-        return (x, r, J, cost, x + dx, lam, k + 1, done)
+        hist = hist.at[k].set(cost, mode="drop")
+        return (x, r, J, cost, x + dx, lam, k + 1, done, hist)
 
-    x, r, J, _, _, lam, k, done = jax.lax.while_loop(cond, body, init)
-    return x, r, J, done, k, lam
+    x, r, J, _, _, lam, k, done, hist = jax.lax.while_loop(cond, body, init)
+    return x, r, J, done, k, lam, hist
 
 
 # an eager call compiles with XLA:CPU's small-loop threshold raised for this program alone

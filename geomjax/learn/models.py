@@ -20,6 +20,7 @@ initial states are learned with the weights).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import equinox as eqx
@@ -31,11 +32,12 @@ from .._internal.eager import top_level_options
 from ..integrators.base import AbstractMethod
 from ..lie import SE3, SO3, LieGroup
 from ..systems.nonholonomic import NonholonomicState, NonholonomicSystem
-from .identify import fitting_loss
+from .identify import FitError, fitting_loss, fitting_problem, levenberg_marquardt
 
 __all__ = [
     "GroupLagrangianSystem",
     "InputMapped",
+    "ModelFit",
     "NeuralDissipation",
     "NeuralInertia",
     "NeuralInputMap",
@@ -486,12 +488,57 @@ def neural_leaves(system):
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelFit:
+    """Result of :func:`fit_model`; unpacks as ``(system, losses)``.
+
+    Attributes:
+        system: the trained system.
+        losses: the loss ``½ Σ r²`` after each step (NumPy); for ``solver="lm"`` the cost of the
+            accepted point after each iteration, the first being the starting point's, stage
+            after stage.
+        converged: whether the last stage met its stopping test (Adam has none: always False).
+        status: ``"converged"``, or a sentence saying why not.
+        iterations: optimizer steps (Adam) or Levenberg–Marquardt iterations (Jacobian
+            evaluations), all stages together.
+        solver: ``"adam"`` (or the ``optimizer`` given) or ``"lm"``.
+        unknowns: the last stage's flat vector of unknowns at the end, as ``y`` of
+            :func:`~geomjax.learn.fitting_loss` (the fitted leaves unconstrained, then the
+            segments' configuration offsets and velocities).
+    """
+
+    system: object
+    losses: np.ndarray
+    converged: bool
+    status: str
+    iterations: int
+    solver: str
+    unknowns: jax.Array
+
+    def __iter__(self):
+        yield self.system
+        yield self.losses
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return (self.system, self.losses)[i]
+
+    def check(self) -> ModelFit:
+        """Raise :class:`~geomjax.learn.FitError` unless the training converged."""
+        if not self.converged:
+            raise FitError(f"fit_model: {self.status}")
+        return self
+
+
 def fit_model(
     system,
     data,
     where=None,
     *,
     optimizer=None,
+    solver: str = "adam",
     steps: int = 500,
     segment_length=10,
     substeps: int = 1,
@@ -501,32 +548,77 @@ def fit_model(
     continuity_weight: float = 1.0,
     adjoint=None,
     callback=None,
-):
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+) -> ModelFit:
     """Train the leaves ``where(system)`` (default :func:`neural_leaves`) through the discrete flow.
 
     Minimizes the multiple-shooting loss of :func:`~geomjax.learn.fitting_loss` (short segments,
     ``segment_length`` samples, tied by continuity residuals of weight ``continuity_weight``: the
-    gradient never crosses a long, possibly chaotic, horizon) with ``optimizer`` (default
-    ``optax.adam`` with a learning rate decaying from 1e-2 to 5e-4) for ``steps`` steps, the
-    segments' initial configurations and velocities learned with the weights.
+    gradient never crosses a long, possibly chaotic, horizon), the segments' initial
+    configurations and velocities learned with the weights, by
+
+    * ``solver="adam"`` (default): ``optimizer`` (default ``optax.adam`` with a learning rate
+      decaying from 1e-2 to 5e-4) for ``steps`` steps.  A first-order method without a
+      stopping test: it runs every step and reports ``converged=False`` with the status
+      ``"ran its steps=... (Adam has no stopping test) ..."``.
+    * ``solver="lm"``: Levenberg–Marquardt on the same residuals (the solver of
+      :func:`~geomjax.learn.fit_parameters`, leaves of kind ``"free"``), at most ``steps``
+      iterations, in one compiled loop per stage; converged when the Gauss–Newton decrement
+      (what a full Gauss–Newton step would still gain) is at most ``rtol·loss + atol``, or a
+      step changes the loss by at most that and the unknowns by a relative ``sqrt(rtol)``.
+      For small networks (a few thousand weights): each iteration forms the Jacobian by
+      forward mode, one pass per unknown, and holds it, ``(residuals × unknowns)`` floats (e.g.
+      4 one-second records of 21 samples at segment length 2: about 720 × 600 × 8 B ≈ 3.5 MB
+      for a 353-weight network), and solves a linear system in the unknowns.  No covariance or
+      rank analysis (an overparameterized network is rank deficient by nature: the damping
+      keeps each step defined).  ``optimizer`` must then be None.
 
     ``segment_length`` may be a schedule, a sequence of ``(length, steps)`` stages, e.g.
     ``((2, 300), (5, 200), (10, 200))``: short segments first (each nearly linear in the unknown
-    forces), then longer ones (the long-horizon behaviour); ``steps`` is then ignored.
+    forces), then longer ones (the long-horizon behaviour); ``steps`` is then ignored (for
+    ``"lm"`` each stage's steps are its iteration cap; convergence is that of the last stage).
+    ``callback(i, loss)`` is called after each step (Adam) or with each iteration's loss after
+    each stage's solve (``"lm"``).
 
     Returns:
-        ``(system, losses)``: the trained system and the loss after each step (NumPy; the loss
-        is ``½ Σ r²`` in units of the noise, so ≈ half the number of residuals once fitted).
+        :class:`ModelFit`, which unpacks as ``(system, losses)``: the trained system and the loss
+        after each step (NumPy; the loss is ``½ Σ r²`` in units of the noise, so ≈ half the
+        number of residuals once fitted); ``.check()`` raises :class:`~geomjax.learn.FitError`
+        unless converged.
     """
-    import optax
-
+    if solver not in ("adam", "lm"):
+        raise ValueError(f"fit_model: argument 'solver' must be 'adam' or 'lm', got {solver!r}")
+    if solver == "lm" and optimizer is not None:
+        raise ValueError("fit_model: argument 'optimizer' must be None with solver='lm'")
     where = neural_leaves if where is None else where
     stages = (
         [(int(segment_length), int(steps))]
         if isinstance(segment_length, int | np.integer)
         else [(int(a), int(b)) for a, b in segment_length]
     )
+    if any(n < 1 for _, n in stages):
+        raise ValueError("fit_model: argument 'steps' (of every stage) must be a positive int")
+    if solver == "lm":
+        return _fit_lm(
+            system,
+            data,
+            where,
+            stages,
+            method,
+            substeps,
+            noise,
+            velocity_noise,
+            continuity_weight,
+            adjoint,
+            callback,
+            rtol,
+            atol,
+        )
+    import optax
+
     total = sum(b for _, b in stages)
+    name = "adam" if optimizer is None else "optimizer"
     if optimizer is None:
         optimizer = optax.adam(optax.exponential_decay(1e-2, total, 0.05))
     losses = []
@@ -566,12 +658,70 @@ def fit_model(
             if callback is not None:
                 callback(len(losses) - 1, losses[-1])
         state = opt_state
-        theta = unravel(y)[0]
-        leaves = _as_tuple(where(system))
-        vals = tuple(t.reshape(np.shape(x)) for t, x in zip(theta, leaves, strict=True))
-        single = not isinstance(where(system), tuple | list)
-        system = eqx.tree_at(where, system, replace=vals[0] if single else vals)
-    return system, np.asarray(losses)
+        system = _put_leaves(system, where, unravel(y)[0])
+    status = (
+        f"ran its steps={total} ({'Adam' if name == 'adam' else 'the optimizer'} has no stopping "
+        "test): not known to be converged; use solver='lm' for a solve with a stopping test"
+    )
+    return ModelFit(system, np.asarray(losses), False, status, total, name, y)
+
+
+def _put_leaves(system, where, theta):
+    leaves = _as_tuple(where(system))
+    vals = tuple(t.reshape(np.shape(x)) for t, x in zip(theta, leaves, strict=True))
+    single = not isinstance(where(system), tuple | list)
+    return eqx.tree_at(where, system, replace=vals[0] if single else vals)
+
+
+def _fit_lm(
+    system,
+    data,
+    where,
+    stages,
+    method,
+    substeps,
+    noise,
+    velocity_noise,
+    continuity_weight,
+    adjoint,
+    callback,
+    rtol,
+    atol,
+):
+    """Levenberg–Marquardt stage after stage (see :func:`fit_model`)."""
+    losses, iterations = [], 0
+    for length, cap in stages:
+        pb = fitting_problem(
+            system,
+            data,
+            where,
+            "free",
+            method,
+            substeps,
+            length,
+            noise,
+            velocity_noise,
+            continuity_weight,
+            adjoint,
+            "fit_model",
+        )
+        w = jnp.asarray(continuity_weight, pb.dtype)
+        y, _, _, done, k, why, costs = levenberg_marquardt(
+            pb.flat0, w, cap, rtol, atol, pb.args, history=cap, svd=True
+        )
+        iterations += k
+        for c in costs:
+            losses.append(float(c))
+            if callback is not None:
+                callback(len(losses) - 1, losses[-1])
+        system = _put_leaves(system, where, pb.unravel(y)[0])
+    status = (
+        "converged"
+        if done
+        else f"the Levenberg–Marquardt solve did not converge ({why}) in {k} iterations of the "
+        f"last stage (segment length {length}): raise its steps, or rtol"
+    )
+    return ModelFit(system, np.asarray(losses), done, status, iterations, "lm", y)
 
 
 def _as_tuple(x):
