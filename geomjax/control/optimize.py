@@ -452,12 +452,27 @@ def optimize(
             line search; Euclidean parameters only), or any optax ``GradientTransformation``.
         max_iters: maximum number of iterations (the same name as in
             :func:`~geomjax.control.trajopt.solve_ocp`; ``steps=`` is a deprecated alias).
-        target: stop once the loss is ``<= target``.
-        gtol: stop once the gradient norm is ``<= gtol``.
-        patience: stop when the loss has not decreased by a relative ``min_delta`` for this many
-            iterations.
+        target: stop once the loss is ``<= target`` (default ``None``: no such test).
+        gtol: stop once the gradient norm (the global 2-norm over all optimized leaves) is
+            ``<= gtol`` (default ``None``: no such test).
+        patience: stop when the loss has not gone below ``(1 − min_delta)`` times the best loss
+            so far for this many consecutive iterations (default ``None``: no such test).
+        min_delta: the relative decrease that counts as progress for ``patience`` (default 1e-4).
         progress: show a tqdm progress bar (silently off if tqdm is missing).
         export: ``params -> dict of arrays`` stored as numpy in :attr:`OptimizeResult.arrays`.
+
+    Stopping tests, checked every iteration on the loss and gradient at the current parameters,
+    in this order; the first that holds ends the run (``stop_reason``, and ``status`` of
+    :mod:`geomjax.control.status`):
+
+    * the loss is NaN or inf: ``"nonfinite"``, status 3;
+    * ``target``: ``"target"``, status 0;
+    * ``gtol``: ``"gtol"``, status 0;
+    * ``patience``: ``"patience"``, status 0;
+    * ``max_iters`` iterations (default 500) without any of them: ``"max_iters"``, status 1.
+
+    With none of ``target``, ``gtol``, ``patience`` given, a finite run always takes
+    ``max_iters`` iterations.  The returned parameters are the best iterate seen in every case.
 
     Returns:
         :class:`OptimizeResult`.

@@ -121,7 +121,7 @@ def simulate_sharded(
             ``check_inputs``).
 
     Returns:
-        :class:`Solution` with a leading batch axis on every array (``ts`` ``(B, n_save + 1)``,
+        :class:`Solution` with a leading batch axis on every array (``times`` ``(B, n_save + 1)``,
         states ``(B, n_save + 1, ...)``), sharded over ``mesh``: the values of
         ``jax.vmap(simulate)`` to round-off (each device runs that program on its shard; only
         the length of the vectorized loops differs, which can change XLA's FMA contraction).

@@ -398,7 +398,7 @@ def simulate(
     float32 state gives a float32 run even with ``jax_enable_x64`` on.
 
     Returns:
-        :class:`Solution` with ``ts``, ``states`` (leading time axis, initial state included) and
+        :class:`Solution` with ``times``, ``states`` (leading time axis, initial state included) and
         ``stats``.
 
     Everything runs in ``jax.lax.scan``: works under ``jit``, ``vmap`` and ``grad``.  A run
@@ -805,6 +805,40 @@ def _check_controls(system, method, controls, steps, state0, t0) -> None:
 
 def diagnostics(system, solution: Solution) -> dict[str, jax.Array]:
     """Energy, momenta, Casimirs and group defect along a solution (time axis first).
+
+    Returns a dict of arrays, each with the leading axis ``T`` of ``solution.times`` (the saved
+    states, initial one included; ``(T,)``: one scalar per saved state), ``d`` the dimension of
+    the group.  The keys come from ``system.diagnostics`` and depend on the kind of system:
+
+    Euler–Poincaré systems (:class:`~geomjax.RigidBody`, :class:`~geomjax.RigidBodySE3`,
+    :class:`~geomjax.EulerPoincareSystem`):
+
+    * ``"energy"`` ``(T,)``: ``K + V``, the kinetic energy ``½ μ·I⁻¹μ`` plus the potential
+      ``V(g)`` (0 without one); conserved without forces and controls.
+    * ``"body_momentum"`` ``(T, d)``: ``μ`` (``Π`` on SO(3)).
+    * ``"spatial_momentum"`` ``(T, d)``: the momentum map of the left action
+      ``Ad_{g⁻¹}ᵀ μ`` (``R Π`` on SO(3)); conserved when the potential and forces are invariant.
+    * ``"group_defect"`` ``(T,)``: how far the stored ``g`` is from the group (0 on it; SO(3):
+      ``max|RᵀR − I| + |det R − 1|``; SE(3): that of the rotation block plus the bottom row's).
+    * ``"casimir_<name>"`` ``(T,)``, one per Casimir of the system: ``"casimir_norm_Pi_sq"``
+      ``|Π|²`` for :class:`~geomjax.RigidBody`; ``"casimir_p_dot_p"`` ``p·p`` and
+      ``"casimir_pi_dot_p"`` ``π·p`` for :class:`~geomjax.RigidBodySE3`; none by default.
+
+    Nonholonomic systems (:class:`~geomjax.NonholonomicSystem` and the ready-made ones):
+    ``"energy"`` ``(T,)`` ``⟨∂L/∂v, v⟩ − L``; ``"constraint_violation"`` ``(T,)``
+    ``max |A v − b|``; ``"multipliers"`` ``(T, m)`` the constraint multipliers;
+    ``"spatial_momentum"`` ``(T, d)``; ``"group_defect"`` ``(T,)``; and the system's
+    ``invariants`` (scalars ``(T,)`` by name, e.g. :class:`~geomjax.ChaplyginSleigh`'s
+    ``"omega"`` and ``"forward_speed"``).
+
+    Variational systems (:mod:`geomjax.variational`, state ``(q, p, lam)`` or ``(q, v, lam)``):
+    ``"energy"`` ``(T,)`` ``⟨p, v⟩ − L``; ``"kinetic_energy"`` ``(T,)`` that minus ``V(q)``;
+    ``"momentum"`` ``(T, n)``; ``"multipliers"`` ``(T, m)``.
+
+    Base-controlled systems (:mod:`geomjax.reconstruction`): ``"energy"``,
+    ``"body_momentum"``, ``"spatial_momentum"``, ``"body_velocity"`` ``(T, d)``,
+    ``"constraint_residual"`` ``(T,)`` ``|Cξ − r|``, ``"consistency"`` ``(T,)``
+    ``|I₀ξ + J₀ − μ|`` and ``"group_defect"``.
 
     Systems whose diagnostics depend on the time (``system.time_aware``, e.g. nonholonomic
     systems with moving constraints) receive ``solution.times`` as well.

@@ -54,9 +54,22 @@ class FitResult:
 
     Attributes:
         system: the system (or parametric model) with the fitted parameters in place.
-        values: the fitted leaves (a tuple in the order of ``where``).
-        std: their standard deviations (same shapes), from the Gauss–Newton covariance.
-        covariance: ``(P, P)`` covariance of the flattened fitted leaves (concatenated in order).
+        values: the fitted leaves, always a tuple in the order of ``where`` (also when ``where``
+            selects one leaf: ``(I_fit,) = res.values``), each an array of its leaf's shape.
+        std: their standard deviations, a tuple like ``values`` (same order and shapes): the
+            square roots of the diagonal of ``covariance``, reshaped per leaf.
+        covariance: ``(P, P)`` NumPy array, ``P`` the total number of entries of the fitted
+            leaves: the covariance over the leaves flattened (row-major) and concatenated in the
+            order of ``where``; leaf ``i`` occupies the rows and columns ``o_i : o_i + size_i``
+            with ``o_i`` the sizes of the leaves before it summed.  It is the Gauss–Newton
+            covariance of the unknowns (a pseudo-inverse: singular directions below the rank
+            tolerance are dropped), marginal over the unknown initial states, mapped to the
+            physical entries by the delta method.  An SPD ``(n, n)`` leaf counts all its ``n²``
+            raw entries though it has ``n(n + 1)/2`` unconstrained coordinates: the entries
+            ``(i, j)`` and ``(j, i)`` are the same random variable (equal ``std``, correlation
+            1), so ``covariance`` is singular (rank at most the number of unconstrained
+            coordinates) and cannot be inverted as it is; its block over the upper-triangle
+            entries is invertible when the Jacobian has full rank.
         names: the leaves' paths in the system (``.inertia``, ``.potential.rho``).
         initial_states: per trajectory, the estimated state at its first sample.
         sigma: the residual scale ``s`` (≈ 1 when the given noise levels are right).

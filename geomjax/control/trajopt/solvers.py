@@ -101,13 +101,28 @@ class AbstractDDPSolver(AbstractOCPSolver):
 
     Fields:
         tol: stop once the iterate is feasible (no gaps) and the expected improvement of a full
-            step ``|d₁ + d₂/2|`` is below ``tol · (1 + |J|)`` (default: 1e-10 in float64, 1e-5 in
-            float32).
-        reg_init, reg_min, reg_max, reg_factor: Levenberg–Marquardt regularization of ``Q_uu``.
+            step ``|d₁ + d₂/2|`` is ``≤ tol · (1 + |J|)`` (``J`` the current cost): status 0,
+            ``"converged"``.  ``None`` (the default) means the default of the problem's dtype:
+            1e-10 in float64, 1e-5 in float32 (:func:`default_tol`).  The ``repr`` shows only
+            the fields set away from their defaults, so ``ILQR()`` prints without ``tol``.
+        reg_init, reg_min, reg_max, reg_factor: Levenberg–Marquardt regularization of ``Q_uu``
+            (raised by ``reg_factor`` when a backward pass fails or no step length is accepted,
+            lowered after a step of length ``> ½``).
         line_steps: step lengths ``1, ½, …, 2^{1−line_steps}``.
         accept: a step is accepted when the cost decrease is ``≥ accept ×`` the expected one.
         accept_increase: while gaps remain, a predicted increase may be exceeded by this factor.
         qp_iters: projected-Newton iterations of the box QP per node.
+
+    Stopping tests, checked once per iteration in this order (status codes of
+    :mod:`geomjax.control.status`; ``OCPSolution.status`` and ``stop_reason``):
+
+    * the initial cost is NaN or inf: no iteration is run, status 3 ``"nonfinite"``;
+    * ``tol`` (above) passed: status 0 ``"converged"``;
+    * the regularization limit: the backward pass fails even at ``reg_max``, or no step length
+      is accepted and the raised regularization reaches ``reg_max``: status 2
+      ``"regularization_limit"`` (no descent step found: an infeasible or ill-posed problem);
+    * ``max_iters`` (an argument of :func:`~geomjax.control.trajopt.solve_ocp`, default 100)
+      iterations run without either: status 1 ``"max_iters"``.
     """
 
     tol: float | None = None
@@ -332,8 +347,28 @@ class AugmentedLagrangian(AbstractOCPSolver):
     Each outer iteration solves the inner problem with ``J + Σ λᵀc + ρ/2 |c|²`` (inequalities by
     their PHR term) for at most ``inner_iters`` iterations, then ``λ ← λ + ρ c`` (``max(0, ·)``
     for inequalities) and ``ρ ← penalty_factor · ρ`` when the violation did not drop below
-    ``¼`` of its previous value.  Converged when the violation is ``≤ constraint_tol`` and the
-    inner solve converged."""
+    ``¼`` of its previous value (up to ``penalty_max``).
+
+    Fields:
+        inner: the inner solver (default ``ILQR()``), with its own ``tol`` and regularization.
+        inner_iters: the iteration cap of each inner solve (default 50).
+        constraint_tol: the largest constraint violation accepted (default 1e-6, absolute: the
+            largest ``|c|`` of the equalities and ``max(c, 0)`` of the inequalities ``c ≤ 0``,
+            path and terminal).
+        penalty_init, penalty_factor, penalty_max: the penalty ``ρ``'s start, growth factor and
+            cap (defaults 10, 10, 1e10).
+
+    Stopping tests, checked after each outer iteration (status codes of
+    :mod:`geomjax.control.status`):
+
+    * the violation is ``≤ constraint_tol``, the inner solve converged (its ``tol``) and the
+      trajectory has no gaps: status 0 ``"converged"``;
+    * the inner solve met NaN or inf: status 3 ``"nonfinite"``;
+    * the inner solve hit its regularization limit with the penalty already at
+      ``penalty_max``: status 4 ``"constraints_not_met"``;
+    * ``max_iters`` (of :func:`~geomjax.control.trajopt.solve_ocp`: outer iterations here)
+      outer iterations run without converging: status 4 ``"constraints_not_met"`` (not 1).
+    """
 
     inner: AbstractDDPSolver = ILQR()
     inner_iters: int = eqx.field(static=True, default=50)
