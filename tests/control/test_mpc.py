@@ -180,8 +180,13 @@ def test_bad_input_names_the_argument():
         MPC(horizon=0)
     with pytest.raises(ValueError, match="'iterations'"):
         MPC(iterations=0)
-    with pytest.raises(ValueError, match="'x0'"):
+    with (
+        pytest.warns(DeprecationWarning, match="'state0'"),
+        pytest.raises(ValueError, match="'x0'"),  # named as the caller passed it
+    ):
         run_mpc(model, x0=gj.RigidBodyState(jnp.eye(3), jnp.zeros(4)), steps=3)
+    with pytest.raises(ValueError, match="'state0'"):
+        run_mpc(model, state0=gj.RigidBodyState(jnp.eye(3), jnp.zeros(4)), steps=3)
     with pytest.raises(ValueError, match="'disturbance'"):
         run_mpc(model, steps=3, disturbance=lambda t: jnp.zeros(2))
     with pytest.raises(ValueError, match="'error'"):
