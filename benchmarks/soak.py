@@ -46,6 +46,11 @@ from common import print_table, write_json  # noqa: E402
 import geomjax as gj  # noqa: E402
 from geomjax.systems import HeavyTop  # noqa: E402
 
+# the gradient case compiles with jax.jit (for XLA's memory analysis of the compiled program):
+# the small-loop setting for the whole process, before JAX's first computation, so that its
+# loops run as they do under geomjax.jit (and geomjax does not warn about XLA's defaults)
+gj.configure(xla_small_loops=True)
+
 EPS = float(np.finfo(np.float64).eps)
 
 #: Round-off bounds.  A step of these methods rounds each quantity a few dozen times (each
