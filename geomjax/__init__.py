@@ -33,7 +33,7 @@ from importlib.metadata import version as _version
 from ._internal import xla_flags as _xla_flags  # noqa: F401
 
 # isort: split
-from . import integrators, lie, systems, variational
+from . import integrators, lie, results, systems, variational
 from ._internal.settings import configure, jit
 from .integrators import (
     LGVI,
@@ -58,6 +58,7 @@ from .integrators import (
     step,
 )
 from .lie import SE2, SE3, SO2, SO3, LieGroup, Rn, Tn
+from .results import Status
 from .systems import (
     BallOnTurntable,
     ChaplyginSleigh,
@@ -95,6 +96,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "integrators",
     "lie",
     "reconstruction",
+    "results",
     "riemann",
     "systems",
     "variational",
@@ -136,6 +138,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "step",
     "Solution",
     "ConvergenceError",
+    "Status",
     "load_solution",
     "diagnostics",
     "shard_vmap",

@@ -39,7 +39,7 @@ from .._internal.xla_flags import (
     small_loop_options,
 )
 from ..integrators.base import AbstractMethod
-from ..integrators.simulate import ConvergenceError
+from ..results import ConvergenceError, Status
 from ..systems.base import prepare_systems
 from .status import MAX_ITERS, SUCCESSFUL
 from .status import MESSAGES as _MESSAGES
@@ -277,7 +277,7 @@ class MPCResult(eqx.Module):
         return "\n".join(lines)
 
     def check(self, iterations: int | None = None) -> MPCResult:
-        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` if the loop is not
+        """Raise :class:`geomjax.results.ConvergenceError` if the loop is not
         :attr:`healthy` (eager only): a step's solve broke down, the closed loop moves away from
         its target (:attr:`diverging`), or its solves keep stopping at their iteration cap far
         from stationary (:attr:`stalling`).  A capped solve near stationary is normal in MPC.
@@ -701,8 +701,8 @@ class MPCPlan(eqx.Module):
 
     Attributes:
         controls: ``(N, m)`` the warm start of the next solve (the last plan shifted by one node).
-        status: status code of the last solve (:mod:`geomjax.control.status`; ``-1`` before the
-            first step).
+        status: status code of the last solve (:class:`geomjax.results.Status`;
+            ``Status.NOT_RUN``, -1, before the first step).
         iterations: solver iterations of the last solve.
         cost: the last plan's predicted cost-to-go.
         stationarity: how far the last plan is from a stationary point of the model problem,
@@ -863,7 +863,7 @@ class OnlineMPC(eqx.Module):
         dtype = self.problem.dtype
         return MPCPlan(
             us,
-            jnp.asarray(-1, jnp.int32),
+            jnp.asarray(Status.NOT_RUN, jnp.int32),
             jnp.zeros((), jnp.int32),
             jnp.asarray(jnp.nan, dtype),
             jnp.asarray(jnp.inf, dtype),

@@ -28,6 +28,7 @@ import optax
 from .._internal.eager import top_level_options
 from .._internal.warn import renamed, renamed_attribute
 from ..lie import LieGroup
+from ..results import ConvergenceError, Status
 from .status import OPTIMIZE_STATUS
 
 __all__ = ["GroupParam", "OptimizeResult", "optimize", "optimize_restarts"]
@@ -120,10 +121,30 @@ class OptimizeResult:
     n_iter = renamed_attribute("OptimizeResult", "n_iter", "iterations")
 
     @property
-    def status(self) -> int:
-        """The status code of :attr:`stop_reason` (:mod:`geomjax.control.status`: 0 converged —
+    def status(self) -> Status:
+        """The status code of :attr:`stop_reason` (:class:`geomjax.results.Status`: 0 converged —
         target, gtol or patience —, 1 iteration cap, 3 non-finite)."""
         return OPTIMIZE_STATUS[self.stop_reason]
+
+    @property
+    def converged(self) -> bool:
+        """Whether a stopping test other than the iteration cap ended the run and the loss is
+        finite (:attr:`status` is ``Status.CONVERGED``)."""
+        return self.status == Status.CONVERGED
+
+    def check(self) -> OptimizeResult:
+        """Raise :class:`geomjax.results.ConvergenceError` unless :attr:`converged` (the iteration
+        cap or a non-finite loss ended the run); returns ``self``."""
+        if not self.converged:
+            raise ConvergenceError(
+                f"optimize: {self.status.message} ({self.iterations} iterations, loss "
+                f"{float(self.loss):.6g}); raise max_iters, or set target/gtol/patience to the "
+                "accuracy you need"
+                if self.status == Status.MAX_ITERS
+                else f"optimize: {self.status.message} after {self.iterations} iterations; lower "
+                "the learning rate or check the loss at the initial parameters"
+            )
+        return self
 
 
 @functools.cache

@@ -1,5 +1,6 @@
-"""One status vocabulary for :func:`~geomjax.control.optimize`,
-:func:`~geomjax.control.solve_ocp` and :func:`~geomjax.control.run_mpc`.
+"""The status codes of :func:`~geomjax.control.optimize`, :func:`~geomjax.control.solve_ocp` and
+:func:`~geomjax.control.run_mpc`: geomjax's one vocabulary, :class:`geomjax.results.Status`
+(this module keeps the names the solvers use).
 
 A solve reports an integer code (``status``, an array: it can leave ``jit``/``vmap``) and a
 name (``stop_reason``, eager only):
@@ -22,25 +23,19 @@ norm reached ``gtol``) or ``"patience"`` (no progress for ``patience`` iteration
 
 from __future__ import annotations
 
-SUCCESSFUL, MAX_ITERS, REG_LIMIT, NONFINITE, CONSTRAINTS = 0, 1, 2, 3, 4
+from ..results import Status
+
+SUCCESSFUL = Status.CONVERGED
+MAX_ITERS = Status.MAX_ITERS
+REG_LIMIT = Status.REGULARIZATION_LIMIT
+NONFINITE = Status.NONFINITE
+CONSTRAINTS = Status.CONSTRAINTS_NOT_MET
 
 #: the name of each status code (``stop_reason``)
-REASONS = {
-    SUCCESSFUL: "converged",
-    MAX_ITERS: "max_iters",
-    REG_LIMIT: "regularization_limit",
-    NONFINITE: "nonfinite",
-    CONSTRAINTS: "constraints_not_met",
-}
+REASONS = {s: s.reason for s in Status}
 
 #: a sentence for each status code (error messages, ``message``)
-MESSAGES = {
-    SUCCESSFUL: "converged",
-    MAX_ITERS: "maximum number of iterations reached before convergence",
-    REG_LIMIT: "regularization limit reached: no descent step found (infeasible or ill-posed)",
-    NONFINITE: "the cost or the dynamics returned NaN or inf",
-    CONSTRAINTS: "constraints not met within the outer iterations",
-}
+MESSAGES = {s: s.message for s in Status}
 
 #: :func:`~geomjax.control.optimize`'s stop reasons → status codes
 OPTIMIZE_STATUS = {

@@ -16,14 +16,11 @@ from .._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from .._internal.tracing import any_traced, is_traced, jvp_traced, vmap_batched
 from .._internal.warn import renamed, renamed_attribute
 from .._internal.xla_flags import warn_loop_without_setting
+from ..results import ConvergenceError, Status, worst
 from ._so3_soa import batch_last_carry, hand_written_derivatives
 from .base import AbstractAdjoint, AbstractMethod
 
 __all__ = ["ConvergenceError", "Solution", "load_solution", "simulate", "step"]
-
-
-class ConvergenceError(RuntimeError):
-    """An implicit solve of a step did not converge (raised by :meth:`Solution.check`)."""
 
 
 class Solution(eqx.Module):
@@ -72,6 +69,43 @@ class Solution(eqx.Module):
     def max_residual(self) -> jax.Array:
         return self.stats["max_residual"]
 
+    def status_for(self, tol=None) -> jax.Array:
+        """``(...,)`` :class:`~geomjax.results.Status` code of the run (one per member of a
+        batch; it can be computed under ``jit``): ``CONVERGED`` when every implicit solve met
+        ``tol`` (default ``1e3 · eps`` of the dtype, the methods' default), ``NONFINITE`` when a
+        residual is NaN, else ``SOLVE_NOT_CONVERGED``."""
+        res = self.stats.get("residual") if isinstance(self.stats, dict) else None
+        if res is None:
+            return jnp.asarray(Status.CONVERGED, jnp.int32)
+        res = jnp.asarray(res)
+        tol = 1e3 * float(jnp.finfo(res.dtype).eps) if tol is None else tol
+        if res.shape[-1:] == (0,):
+            return jnp.zeros(res.shape[:-1], jnp.int32)
+        nonfinite = jnp.any(jnp.isnan(res), axis=-1)
+        missed = jnp.any(~(res <= tol), axis=-1)
+        return jnp.where(
+            nonfinite,
+            Status.NONFINITE,
+            jnp.where(missed, Status.SOLVE_NOT_CONVERGED, Status.CONVERGED),
+        ).astype(jnp.int32)
+
+    @property
+    def status(self) -> jax.Array:
+        """``(...,)`` :class:`~geomjax.results.Status` code of the run with the default tolerance
+        (:meth:`status_for`): 0 converged, 3 a residual is NaN, 5 an implicit solve missed it."""
+        return self.status_for()
+
+    @property
+    def converged(self) -> jax.Array:
+        """``(...,)`` whether every implicit solve of the run met its tolerance."""
+        return self.status == Status.CONVERGED
+
+    @property
+    def stop_reason(self) -> str:
+        """The name of :attr:`status` (the worst member's in a batch; eager only):
+        ``"converged"``, ``"nonfinite"`` or ``"solve_not_converged"``."""
+        return worst(np.asarray(self.status)).reason
+
     def _first_failure(self, tol=None):
         """``(block index, residual, tol)`` of the first saved block whose implicit-solve residual
         is NaN or above ``tol`` (default ``1e3 · eps`` of the dtype, the methods' default), or None.
@@ -87,7 +121,7 @@ class Solution(eqx.Module):
         return k, float(np.nan if np.isnan(col).any() else col.max()), tol
 
     def check(self, tol=None) -> Solution:
-        """Raise :class:`ConvergenceError` if an implicit solve did not converge (residual NaN or
+        """Raise :class:`~geomjax.results.ConvergenceError` if an implicit solve did not converge (residual NaN or
         above ``tol``, default ``1e3 · eps``); the message gives the first failing block of saved
         steps (the step index when ``save_every = 1``) and its time interval.  Returns ``self``,
         so ``sol = simulate(...).check()`` reads naturally.  Eager only: under ``jit`` use the

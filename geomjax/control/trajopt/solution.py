@@ -9,23 +9,18 @@ import jax
 import numpy as np
 
 from ..._internal.warn import renamed_attribute
-from ...integrators.simulate import ConvergenceError
+from ...results import ConvergenceError
 
 __all__ = ["OCPSolution"]
 
 
+from ...results import worst
 from ..status import (  # noqa: F401  (the codes, re-exported for the solvers)
     CONSTRAINTS,
     MAX_ITERS,
     NONFINITE,
     REG_LIMIT,
     SUCCESSFUL,
-)
-from ..status import (
-    MESSAGES as _MESSAGES,
-)
-from ..status import (
-    REASONS as _REASONS,
 )
 
 
@@ -40,7 +35,7 @@ class OCPSolution(eqx.Module):
             ``(steps, m)`` (``u = ū + K (x ⊖ x̄)`` near the optimum).
         cost: ``J`` at the solution (without constraint terms).
         violation: largest constraint/bound violation.
-        status: status code (:mod:`geomjax.control.status`; see :attr:`stop_reason`,
+        status: status code (:class:`geomjax.results.Status`; see :attr:`stop_reason`,
             :attr:`message`).
         iterations: iterations run (inner iterations in total for :class:`AugmentedLagrangian`).
         history: per-iteration arrays ``(max_iters,)``, NaN after the last: ``cost`` (before the
@@ -72,24 +67,32 @@ class OCPSolution(eqx.Module):
 
     @property
     def stop_reason(self) -> str:
-        return _REASONS[int(np.asarray(self.status).reshape(-1).max())]
+        """The name of :attr:`status` (eager only; a batch: its worst member's,
+        :func:`geomjax.results.worst`)."""
+        return worst(self.status).reason
 
     @property
     def message(self) -> str:
-        return _MESSAGES[int(np.asarray(self.status).reshape(-1).max())]
+        """A sentence for :attr:`status` (eager only; a batch: its worst member's)."""
+        return worst(self.status).message
 
     @property
     def succeeded(self):
         return self.status == SUCCESSFUL
 
+    @property
+    def converged(self):
+        """``(...,)`` whether the solve converged (:attr:`status` is ``Status.CONVERGED``); the
+        same name as ``Solution.converged`` and ``MPCResult.converged``."""
+        return self.status == SUCCESSFUL
+
     def check(self) -> OCPSolution:
-        """Raise :class:`geomjax.integrators.simulate.ConvergenceError` unless every member
+        """Raise :class:`geomjax.results.ConvergenceError` unless every member
         converged (eager only)."""
         r = np.asarray(self.status)
         if (r != SUCCESSFUL).any():
-            bad = int(r.reshape(-1)[np.argmax(r.reshape(-1) != SUCCESSFUL)])
             raise ConvergenceError(
-                f"solve_ocp: {_MESSAGES[bad]} ({int(np.asarray(self.iterations).max())} "
+                f"solve_ocp: {worst(r).message} ({int(np.asarray(self.iterations).max())} "
                 f"iterations, violation {float(np.max(np.asarray(self.violation))):.3g})"
             )
         return self
