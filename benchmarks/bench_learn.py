@@ -106,7 +106,7 @@ def train_node(data, steps):
         W_obs=[d.xi for d in data],
         velocity_weight=1e-2,
         segment_length=10,
-        steps=steps,
+        max_iters=steps,
     )
     return node, time.perf_counter() - t0, losses, {}
 

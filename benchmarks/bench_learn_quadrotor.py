@@ -136,7 +136,7 @@ def rollouts(identified, flights, n_samples, fast):
         W_obs=[np.asarray(f.xi) for f in flights],
         velocity_weight=1e-2,
         segment_length=10,
-        steps=steps,
+        max_iters=steps,
         controls=[np.asarray(f.controls) for f in flights],
     )
     node_train_s = time.perf_counter() - t

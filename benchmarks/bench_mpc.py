@@ -63,7 +63,7 @@ def mpc_rows(fast):
     for name, method in (("LGVI", gj.LGVI()), ("semi-implicit Euler", gj.SemiImplicitEuler())):
         prob = attitude_problem(torque_max=2.0, duration=3.0, steps=30, method=method,
                                 exact_target=False, weight=100.0)  # fmt: skip
-        ctrl = MPC(ILQR(), iterations=1)
+        ctrl = MPC(ILQR(), max_iters=1)
 
         def loop(p, ctrl=ctrl):
             return run_mpc(p, steps=ticks, controller=ctrl)

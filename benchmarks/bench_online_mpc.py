@@ -87,7 +87,7 @@ def run_mujoco_loop(ticks=300, horizon=30, iterations=1, angle=1.0):
 
     problem = attitude_mpc_problem(angle=angle, horizon=horizon)
     target = np.asarray(problem.terminal_cost.residual.target)
-    online = OnlineMPC(problem, MPC(ILQR(), iterations=iterations))
+    online = OnlineMPC(problem, MPC(ILQR(), max_iters=iterations))
     plan = online.init()
     model = mujoco.MjModel.from_xml_string(MJCF)
     data = mujoco.MjData(model)

@@ -103,7 +103,21 @@ def _learn_trajectory():
     return gj.learn.Trajectory(times=_arange(3), g=jnp.stack([jnp.eye(3)] * 3))
 
 
+def _mpc():
+    return gj.control.MPC(gj.control.ILQR(), max_iters=2)
+
+
+def _fit_neural_ode(kw):
+    # no training iteration (the value is 0): the call builds the segments and returns the
+    # untrained model, its first state and an empty loss history — no compilation
+    from geomjax.learn import NeuralODE, fit_neural_ode
+
+    R = jnp.stack([jnp.eye(3)] * 11)
+    return fit_neural_ode(NeuralODE(9, 3, jax.random.PRNGKey(0), width=4), R, 0.1, **{kw: 0})
+
+
 INSTANCES = {
+    ("geomjax.control", "MPC"): _mpc,
     ("geomjax.control.trajopt", "OCPSolution"): _ocp_solution,
     ("geomjax.control", "MPCResult"): _mpc_result,
     ("geomjax.control", "OptimizeResult"): _optimize_result,
@@ -150,6 +164,8 @@ CALLS = {
     ("OnlineMPC.init", "us"): lambda kw: gj.control.OnlineMPC(_problem()).init(
         **{kw: _arange(5, 3)}
     ),
+    ("MPC", "iterations"): lambda kw: gj.control.MPC(gj.control.ILQR(), **{kw: 2}),
+    ("fit_neural_ode", "steps"): _fit_neural_ode,
     ("optimize", "steps"): lambda kw: _outcome(
         lambda: gj.control.optimize(lambda p: jnp.sum(p**2), jnp.ones(2), **{kw: 0})
     ),

@@ -133,6 +133,6 @@ def test_an_online_plan_before_its_first_solve_is_not_run():
     from geomjax.control.mpc import MPC, OnlineMPC
     from geomjax.control.trajopt import ILQR
 
-    plan = OnlineMPC(_attitude(), MPC(ILQR(), iterations=1)).init()
+    plan = OnlineMPC(_attitude(), MPC(ILQR(), max_iters=1)).init()
     assert Status(int(plan.status)) is Status.NOT_RUN
     assert Status.NOT_RUN.reason == "not_run" and not Status.NOT_RUN.failed

@@ -58,21 +58,30 @@ class MPC(eqx.Module):
         solver: the inner solver, :class:`~geomjax.control.trajopt.ILQR` (default) or
             :class:`~geomjax.control.trajopt.DDP` (control bounds in its box QP; path or terminal
             constraints are not supported: state the target as a terminal cost).
-        iterations: solver iterations per control step (a fixed cap, ≥ 1; the solve stops earlier
-            once converged).  Warm-started, a few iterations track a slowly moving optimum.
+        max_iters: solver iterations per control step (a fixed cap, ≥ 1, default 3; the solve
+            stops earlier once converged; the same name as ``solve_ocp(max_iters=)``).
+            Warm-started, a few iterations track a slowly moving optimum.  (``iterations`` is a
+            deprecated alias: the count of iterations run is ``MPCResult.iterations``.)
         horizon: number of nodes ``N`` of each solve (default: the problem's ``steps``).
     """
 
-    solver: AbstractDDPSolver = ILQR()
-    iterations: int = eqx.field(static=True, default=3)
-    horizon: int | None = eqx.field(static=True, default=None)
+    solver: AbstractDDPSolver
+    max_iters: int = eqx.field(static=True)
+    horizon: int | None = eqx.field(static=True)
+
+    def __init__(self, solver=None, max_iters=3, horizon=None, *, iterations=None):
+        self.solver = ILQR() if solver is None else solver
+        self.max_iters = renamed(max_iters, iterations, "MPC", "max_iters", "iterations", 3)
+        self.horizon = horizon
+
+    iterations = renamed_attribute("MPC", "iterations", "max_iters")
 
     def __check_init__(self):
         if not isinstance(self.solver, AbstractDDPSolver):
             raise ValueError(f"MPC: argument 'solver' must be ILQR() or DDP(), got {self.solver!r}")
-        if not (isinstance(self.iterations, int | np.integer) and self.iterations >= 1):
+        if not (isinstance(self.max_iters, int | np.integer) and self.max_iters >= 1):
             raise ValueError(
-                f"MPC: argument 'iterations' must be a positive int, got {self.iterations!r}"
+                f"MPC: argument 'max_iters' must be a positive int, got {self.max_iters!r}"
             )
         if self.horizon is not None and not (
             isinstance(self.horizon, int | np.integer) and self.horizon >= 1
@@ -244,7 +253,7 @@ class MPCResult(eqx.Module):
         if div.any() or stalling.any():
             now = f", now {iterations}" if iterations is not None else ""
             fixes.append(
-                f"use more solver iterations per step (MPC(iterations=...){now}) or a longer "
+                f"use more solver iterations per step (MPC(max_iters=...){now}) or a longer "
                 "horizon, warm-start the first plan (controls= an open-loop optimum), or make the "
                 "model closer to the plant (its mass, inertia, disturbances; bounds that can "
                 "hold the plant)"
@@ -442,11 +451,11 @@ def _structure(x):
 
 def _control_step(problem, controller, plan, x, t):
     """One receding-horizon step: the problem from the measured state ``x`` at time ``t``,
-    solved by ``controller.iterations`` iterations from the warm start ``plan`` ``(N, m)``;
+    solved by ``controller.max_iters`` iterations from the warm start ``plan`` ``(N, m)``;
     returns the control to apply, the next warm start (the plan shifted by one node, its last
     control repeated) and the solution."""
     sol = solve_ocp(
-        _retarget(problem, x, t), controller.solver, plan, max_iters=controller.iterations
+        _retarget(problem, x, t), controller.solver, plan, max_iters=controller.max_iters
     )
     plan1 = jnp.concatenate([sol.controls[1:], sol.controls[-1:]])
     return sol.controls[0], plan1, sol
@@ -646,7 +655,7 @@ def run_mpc(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
     )
     if warn and not any_traced(res):
-        problems, fixes = res._problems(controller.iterations)
+        problems, fixes = res._problems(controller.max_iters)
         if problems:
             _warn(
                 f"{where}: the closed loop is not healthy: "
@@ -821,7 +830,7 @@ class OnlineMPC(eqx.Module):
 
     Each ``step`` is what one control step of :func:`run_mpc` does — the model problem re-targeted
     to the measured state at time ``t`` (``state0`` and node times ``t + k·dt``), solved by
-    ``controller.iterations`` iterations warm-started from ``plan`` — as one compiled program:
+    ``controller.max_iters`` iterations warm-started from ``plan`` — as one compiled program:
     the first call traces and compiles it, later calls (same shapes and dtypes) only run it.
     The caller applies ``u`` for ``problem.dt`` and measures the next state.
 
@@ -839,7 +848,7 @@ class OnlineMPC(eqx.Module):
 
     Example (a body whose measured state comes from elsewhere)::
 
-        online = OnlineMPC(problem, MPC(ILQR(), iterations=1))
+        online = OnlineMPC(problem, MPC(ILQR(), max_iters=1))
         plan = online.init()  # or online.init(open_loop_controls)
         for tick in range(n):
             x = measure()  # a state with the model state's structure

@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.warn import renamed
+
 __all__ = ["NeuralODE", "fit_neural_ode"]
 
 
@@ -68,16 +70,21 @@ def fit_neural_ode(
     velocity_weight=1.0,
     segment_length=10,
     substeps=1,
-    steps=500,
+    max_iters=500,
     optimizer=None,
     controls=None,
+    steps=None,
 ):
     """Train ``model`` on measured rotations ``R_obs`` ``(N, 3, 3)`` (or flattened configurations
     ``(N, n_config)``; or a list of records) sampled every ``h``: multiple shooting over segments of ``segment_length``
     samples whose initial velocities are learned (or taken from measured velocities ``W_obs``
     ``(N, n_vel)``, which then enter the loss with weight ``velocity_weight``), loss ``Σ |vec R_pred − vec R̂|²`` plus the
-    continuity of the segments.  Returns ``(model, z0 of the first sample, losses)``."""
+    continuity of the segments; ``max_iters`` Adam iterations (``steps=`` is a deprecated
+    alias: ``steps`` names time steps elsewhere).  Returns ``(model, z0 of the first sample,
+    losses)``."""
     import optax
+
+    max_iters = renamed(max_iters, steps, "fit_neural_ode", "max_iters", "steps", 500)
 
     recs = list(R_obs) if isinstance(R_obs, list | tuple) else [R_obs]
     wrecs = None if W_obs is None else (list(W_obs) if isinstance(W_obs, list | tuple) else [W_obs])
@@ -131,8 +138,8 @@ def fit_neural_ode(
         return eqx.apply_updates(p, upd), state, val
 
     state = opt.init(eqx.filter(params, eqx.is_inexact_array))
-    losses = np.zeros(steps)
-    for k in range(steps):
+    losses = np.zeros(max_iters)
+    for k in range(max_iters):
         params, state, val = step(params, state)
         losses[k] = float(val)
     m, v = params

@@ -68,7 +68,7 @@ def closed_loop():
                 None,
                 STEPS,
                 Constant(d),
-                controller=MPC(ILQR(), iterations=2),
+                controller=MPC(ILQR(), max_iters=2),
                 controls=plan.controls,
             )
         )(disturbances)
@@ -78,7 +78,7 @@ def closed_loop():
     res2 = run(ds[::-1])  # new values, same program
     jaxpr = jax.make_jaxpr(
         lambda d: run_mpc(
-            model, plant, plant_method, None, STEPS, Constant(d), controller=MPC(iterations=2)
+            model, plant, plant_method, None, STEPS, Constant(d), controller=MPC(max_iters=2)
         )
     )(D)
     return dict(
@@ -178,8 +178,8 @@ def test_bad_input_names_the_argument():
         run_mpc(model, steps=3, warn="yes")
     with pytest.raises(ValueError, match="'horizon'"):
         MPC(horizon=0)
-    with pytest.raises(ValueError, match="'iterations'"):
-        MPC(iterations=0)
+    with pytest.raises(ValueError, match="'max_iters'"):
+        MPC(max_iters=0)
     with (
         pytest.warns(DeprecationWarning, match="'state0'"),
         pytest.raises(ValueError, match="'x0'"),  # named as the caller passed it
@@ -289,7 +289,7 @@ def test_float32_closed_loop_matches_float64(closed_loop):
         None,
         STEPS,
         Constant(D.astype(jnp.float32)),
-        controller=MPC(ILQR(), iterations=2),
+        controller=MPC(ILQR(), max_iters=2),
         controls=plan.controls,
     )
     assert res.controls.dtype == jnp.float32
@@ -334,7 +334,7 @@ def _small_run(d, iterations=1, steps=SMALL_STEPS):
             None,
             steps,
             Constant(jnp.asarray(d, jnp.float64)),
-            controller=MPC(ILQR(), iterations=iterations),
+            controller=MPC(ILQR(), max_iters=iterations),
         )
     return model, plant, res, [w for w in caught if issubclass(w.category, UserWarning)]
 
@@ -414,7 +414,7 @@ def test_a_loop_that_goes_wrong_is_reported():
             None,
             SMALL_STEPS,
             Constant(jnp.array([0.5, 0.5, 0.5])),
-            controller=MPC(ILQR(), iterations=1),
+            controller=MPC(ILQR(), max_iters=1),
             warn=False,
         )
     assert bool(quiet.stalling)
@@ -460,7 +460,7 @@ QUAD_TARGET = np.array([2.0, 1.0, 1.5])
 @pytest.mark.long
 def test_quadrotor_mpc_brings_a_heavier_plant_to_the_target():
     """The guide's settings: crocoddyl's quadrotor model (33 nodes of 0.03 s) with the running
-    pose weight 1 (crocoddyl's: 0.01), ``MPC(ILQR(), iterations=2)`` warm-started from the
+    pose weight 1 (crocoddyl's: 0.01), ``MPC(ILQR(), max_iters=2)`` warm-started from the
     open-loop optimum, driving a plant 10 % heavier than the model, integrated by RKMK4 through
     the model's thrust map (built by run_mpc).  Read from the plant: within 2 cm of (2, 1, 1.5)
     from control step 40 (1.2 s) on (measured: from step 36; 2.0 mm at step 100) and at rest
@@ -481,7 +481,7 @@ def test_quadrotor_mpc_brings_a_heavier_plant_to_the_target():
             plant,
             gj.RKMK4(),
             steps=100,
-            controller=MPC(ILQR(), iterations=2),
+            controller=MPC(ILQR(), max_iters=2),
             controls=plan.controls,
         )
     pos = np.asarray(plant.position(res.states))
@@ -515,7 +515,7 @@ def test_quadrotor_plant_too_heavy_for_its_thrust_limits_is_reported():
     plant = quadrotor_system(mass_scale=1.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = run_mpc(model, plant, steps=100, controller=MPC(ILQR(), iterations=2))
+        res = run_mpc(model, plant, steps=100, controller=MPC(ILQR(), max_iters=2))
     z = np.asarray(plant.position(res.states))[:, 2]
     assert z[-1] < -1.0  # fell (measured −9.7 m after 3 s)
     assert bool(res.diverging) and not bool(res.healthy)

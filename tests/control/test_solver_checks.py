@@ -147,7 +147,7 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
     horizon, iters = 3, 2
     prob = _problem(horizon, torque_max=0.8)
     us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
-    ctrl = MPC(ILQR(), iterations=iters)
+    ctrl = MPC(ILQR(), max_iters=iters)
     res = run_mpc(prob, steps=2, controller=ctrl, controls=us0)
 
     def shift(us):
@@ -178,7 +178,7 @@ def test_online_mpc_steps_equal_run_mpc():
     horizon, iters, ticks = 3, 2, 3
     prob = _problem(horizon, torque_max=0.8)
     us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
-    ctrl = MPC(ILQR(), iterations=iters)
+    ctrl = MPC(ILQR(), max_iters=iters)
     res = run_mpc(prob, steps=ticks, controller=ctrl, controls=us0)
     online = OnlineMPC(prob, ctrl)
     plan, x = online.init(us0), prob.state0
@@ -217,7 +217,7 @@ def test_online_mpc_compiled_step_equals_the_jit_path():
     replaces, tick after tick."""
     from geomjax.control.mpc import _online_step
 
-    online = OnlineMPC(_problem(3, torque_max=0.8), MPC(ILQR(), iterations=1))
+    online = OnlineMPC(_problem(3, torque_max=0.8), MPC(ILQR(), max_iters=1))
 
     def old(plan, x, t):
         t = jnp.asarray(t, online.problem.dtype)
@@ -236,7 +236,7 @@ def test_online_mpc_rebuilt_or_traced_uses_its_own_problem():
     """An OnlineMPC rebuilt around another problem (``equinox.tree_at``) shares the holder of
     the compiled steps but not its arrays: it solves its own problem; under ``jax.jit`` the
     step is traced into the caller's program with the same result."""
-    online = OnlineMPC(_problem(3, torque_max=0.8), MPC(ILQR(), iterations=1))
+    online = OnlineMPC(_problem(3, torque_max=0.8), MPC(ILQR(), max_iters=1))
     first = _online_ticks(online, online.step, 1)
     other = eqx.tree_at(lambda o: o.problem, online, _problem(3, torque_max=0.8, angle=0.3))
     moved = _online_ticks(other, other.step, 1)

@@ -82,7 +82,7 @@ def test_pendulum_learned_through_the_flow_beats_the_neural_ode():
         W_obs=[d.xi for d in data],
         velocity_weight=1e-2,
         segment_length=10,
-        steps=600,
+        max_iters=600,
     )
     h, n = 0.05, 201  # 10 s: ten times a record
     R0 = np.asarray(gj.SO3.exp(jnp.array([0.5, -0.4, 0.3])))
