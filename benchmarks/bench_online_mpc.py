@@ -12,7 +12,16 @@ is read from MuJoCo's own state.  After the loop, the parts of a tick are timed 
 µs): the compiled executable called directly, ``OnlineMPC.step`` around it, the former
 ``equinox.filter_jit`` path, building the state, reading the control back.
 
-Run: ``geomjax bench online-mpc`` (``--fast``: fewer ticks).  Needs ``pip install mujoco``.
+The quadrotor section: crocoddyl's quadrotor written in MJCF (:func:`quadrotor_mjcf`: a free body,
+four thrust actuators at the rotor sites, gravity, MuJoCo's RK4 at 3 ms), 10 % heavier than the
+model geomjax plans with, flown by ``OnlineMPC`` (crocoddyl's thrust limits, 16 nodes of 0.03 s,
+two iLQR iterations per tick) from rest at the origin to (2, 1, 1.5) and back along a
+minimum-jerk reference: ticks per second, the latency percentiles of geomjax's part of a tick,
+the compile time (the first tick) and the errors read from MuJoCo's state at the end of each leg,
+beside a longer horizon, one iteration per tick and a step reference.
+
+Run: ``geomjax bench online-mpc`` (``--fast``: fewer ticks and settings; ``--only attitude`` or
+``--only quadrotor``: one section).  Needs ``pip install mujoco``.
 """
 
 from __future__ import annotations
@@ -176,16 +185,220 @@ def _tick_breakdown(online, plan, x, t, repeats=300):
     return {name: 1e6 * float(np.median(ts)) for name, ts in times.items()}
 
 
+# --- the quadrotor: crocoddyl's example flown in MuJoCo ------------------------------------------
+QUAD_TIMESTEP = 0.003  # MuJoCo's RK4 step (s); the control period 0.03 s is 10 steps
+QUAD_SUBSTEPS = 10
+
+
+def quadrotor_mjcf(mass=None, timestep=QUAD_TIMESTEP):
+    """crocoddyl's quadrotor in MJCF: one free body (``mass``, default crocoddyl's 1.477 kg; its
+    principal inertia about the centre of mass at the body origin), gravity 9.81 m/s² along −z,
+    MuJoCo's RK4 at ``timestep``.  Four site actuators, one per rotor, at ``(±d, 0, 0)`` and
+    ``(0, ±d, 0)`` (``d = d_cog``), each pushing along the body's z axis with the rotor's drag
+    torque about it: ``gear = (0, 0, 1, 0, 0, ∓cm/cf)`` — thrust ``f_i`` makes the body wrench
+    of :func:`~geomjax.control.examples.quadrotor_actuation`'s column ``i``.  ``ctrlrange``: the
+    thrust limits ``[0.1, 5]`` N of the bounded problem."""
+    from geomjax.control.examples import QUADROTOR as c
+
+    m = c["mass"] if mass is None else float(mass)
+    ix, iy, iz = c["inertia"]
+    d, k = c["d_cog"], c["cm"] / c["cf"]
+    # rotor i: position r_i, yaw reaction s_i k; r_i × f e_z = f (r_y, −r_x, 0)
+    rotors = [((d, 0.0), -k), ((0.0, d), k), ((-d, 0.0), -k), ((0.0, -d), k)]
+    sites = "\n".join(
+        f'      <site name="rotor{i}" pos="{x!r} {y!r} 0" size="0.02"/>'
+        for i, ((x, y), _) in enumerate(rotors, 1)
+    )
+    actuators = "\n".join(
+        f'    <general name="thrust{i}" site="rotor{i}" gear="0 0 1 0 0 {s!r}" ctrllimited="true" '
+        f'ctrlrange="{c["thrust_min"]!r} {c["thrust_max"]!r}"/>'
+        for i, (_, s) in enumerate(rotors, 1)
+    )
+    return f"""
+<mujoco model="quadrotor">
+  <option timestep="{timestep!r}" gravity="0 0 {-c["gravity"]!r}" integrator="RK4"/>
+  <worldbody>
+    <body name="quadrotor">
+      <freejoint/>
+      <inertial pos="0 0 0" mass="{m!r}" diaginertia="{ix!r} {iy!r} {iz!r}"/>
+      <geom type="box" size="{d!r} 0.02 0.01" contype="0" conaffinity="0"/>
+      <geom type="box" size="0.02 {d!r} 0.01" contype="0" conaffinity="0"/>
+{sites}
+    </body>
+  </worldbody>
+  <actuator>
+{actuators}
+  </actuator>
+</mujoco>
+"""
+
+
+def mujoco_pose(data):
+    """MuJoCo's free-joint pose as a ``(4, 4)`` matrix ``[[R, x], [0, 1]]``."""
+    g = np.eye(4)
+    g[:3, :3] = _quat_to_matrix(data.qpos[3:7])
+    g[:3, 3] = data.qpos[:3]
+    return g
+
+
+def mujoco_twist(data):
+    """geomjax's body twist ``ξ = (ω, v)`` (left trivialized, both in the body frame) from
+    MuJoCo's free-joint ``qvel``: its angular part is already the body's, its linear part is the
+    world-frame velocity of the body origin, turned into the body frame by ``Rᵀ``."""
+    R = _quat_to_matrix(data.qpos[3:7])
+    return np.concatenate([data.qvel[3:6], R.T @ data.qvel[:3]])
+
+
+def quadrotor_open_loop(thrusts, dt, mass=None, timestep=QUAD_TIMESTEP):
+    """MuJoCo's quadrotor from rest at the origin under ``thrusts`` ``(n, 4)``, each held for
+    ``dt`` (a multiple of ``timestep``): the poses ``(n + 1, 4, 4)`` and twists ``(n + 1, 6)``."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(quadrotor_mjcf(mass, timestep))
+    data = mujoco.MjData(model)
+    sub = round(dt / timestep)
+    poses, twists = [mujoco_pose(data)], [mujoco_twist(data)]
+    for u in np.asarray(thrusts, float):
+        data.ctrl[:] = u
+        for _ in range(sub):
+            mujoco.mj_step(model, data)
+        poses.append(mujoco_pose(data))
+        twists.append(mujoco_twist(data))
+    return np.stack(poses), np.stack(twists)
+
+
+def _min_jerk(a, b, s):
+    """The point at the fraction ``s`` (clipped to [0, 1]) of the minimum-jerk path from ``a``
+    to ``b``: ``a + (b − a)(10 s³ − 15 s⁴ + 6 s⁵)`` (at rest at both ends)."""
+    s = min(max(float(s), 0.0), 1.0)
+    return a + (b - a) * (s**3 * (10 - 15 * s + 6 * s * s))
+
+
+def run_quadrotor_loop(
+    waypoints=((2.0, 1.0, 1.5), (0.0, 0.0, 0.0)),
+    seconds_per_leg=4.0,
+    ramp=2.5,
+    horizon=16,
+    iterations=2,
+    tracking_weight=1.0,
+    mass_scale=1.1,
+):
+    """Fly MuJoCo's quadrotor (:func:`quadrotor_mjcf`, ``mass_scale`` × crocoddyl's mass: the
+    plant 10 % heavier than the model by default) from rest at the origin through ``waypoints``
+    with :class:`~geomjax.control.OnlineMPC` planning on crocoddyl's model (its mass, its
+    thrust limits ``[0.1, 5]`` N, its semi-implicit Euler at 0.03 s, ``horizon`` nodes,
+    ``iterations`` iLQR iterations per tick, running pose weight ``tracking_weight``; the first
+    plan: the model's hover thrusts).  Each leg lasts ``seconds_per_leg``; its reference moves
+    from the previous waypoint to the next along a minimum-jerk path in ``ramp`` seconds
+    (``ramp=0``: a step to the waypoint), then stays.
+
+    One compiled program serves every reference point: the model's dynamics do not depend on
+    where the quadrotor is (gravity's force is the same everywhere), so its problem targets the
+    origin and each tick hands it the measured pose relative to the reference point ``w``:
+    ``(R, x − w)``, with the body twist read from MuJoCo (:func:`mujoco_twist`) and the model's
+    momentum ``(J ω, m v)``.
+
+    Returns a dict: the final pose and twist read from MuJoCo's state, MuJoCo's position after
+    every tick, the applied thrusts, each tick's solver status and stationarity, the latencies
+    (s) of each tick after the first (read the state, solve, write the thrusts; MuJoCo's steps
+    excluded), the first tick's time (compilation), the wall-clock rate."""
+    import jax
+    import jax.numpy as jnp
+    import mujoco
+
+    import geomjax as gj
+    from geomjax.control import ILQR, MPC, OnlineMPC
+    from geomjax.control.examples import QUADROTOR, quadrotor_problem
+
+    dtype = jnp.float64
+    problem = quadrotor_problem(
+        bounded=True, target=(0.0, 0.0, 0.0), tracking_weight=tracking_weight, dtype=dtype
+    )
+    m_model = float(QUADROTOR["mass"])
+    J = np.asarray(QUADROTOR["inertia"])
+    online = OnlineMPC(problem, MPC(ILQR(), iterations=iterations, horizon=horizon))
+    n = horizon or int(problem.steps)
+    hover = m_model * QUADROTOR["gravity"] / 4  # the model's hover thrust: the first plan
+    plan = online.init(jnp.full((n, 4), hover, dtype))
+    model = mujoco.MjModel.from_xml_string(quadrotor_mjcf(mass_scale * m_model))
+    data = mujoco.MjData(model)
+    dt = float(problem.dt)
+    assert abs(dt - QUAD_SUBSTEPS * model.opt.timestep) < 1e-12
+    ticks_per_leg = round(seconds_per_leg / dt)
+    waypoints = np.asarray(waypoints, float)
+    latencies, thrusts, positions, legs = [], [], [np.array(data.qpos[:3])], []
+    health = []  # each tick's (status, stationarity), read back after the loop
+    first = None
+    k = 0
+    t_start = time.perf_counter()
+    start = np.array(data.qpos[:3])
+    for leg, goal in enumerate(waypoints):
+        for j in range(ticks_per_leg):
+            t0 = time.perf_counter()
+            w = _min_jerk(start, goal, j * dt / ramp if ramp > 0 else 1.0)
+            g = mujoco_pose(data)
+            g[:3, 3] -= w  # relative to the waypoint: the model's target is the origin
+            xi = mujoco_twist(data)
+            mu = np.concatenate([J * xi[:3], m_model * xi[3:]])  # the model's momentum
+            x = gj.LieGroupState(jnp.asarray(g), jnp.asarray(mu))
+            u, plan = online.step(plan, x, k * dt)
+            u = np.asarray(jax.device_get(u))
+            data.ctrl[:] = u
+            t1 = time.perf_counter()
+            if first is None:
+                first = t1 - t0
+            else:
+                latencies.append(t1 - t0)
+            thrusts.append(u)
+            legs.append(leg)
+            health.append((plan.status, plan.stationarity))
+            for _ in range(QUAD_SUBSTEPS):
+                mujoco.mj_step(model, data)
+            positions.append(np.array(data.qpos[:3]))
+            k += 1
+        start = goal
+    wall = time.perf_counter() - t_start
+    return dict(
+        pose=mujoco_pose(data),
+        twist=mujoco_twist(data),
+        positions=np.stack(positions),
+        legs=np.asarray(legs),
+        waypoints=waypoints,
+        thrusts=np.asarray(thrusts),
+        latencies=np.asarray(latencies),
+        first_tick=first,
+        ticks_per_s=(k - 1) / (wall - first),
+        dt=dt,
+        ticks_per_leg=ticks_per_leg,
+        status=np.asarray([int(h[0]) for h in health]),
+        stationarity=np.asarray([float(h[1]) for h in health]),
+        mass=(m_model, mass_scale * m_model),
+    )
+
+
 def main(argv=None):
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from common import machine_info, print_table, write_json
+    from common import machine_info, write_json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fast", action="store_true")
+    ap.add_argument(
+        "--only", choices=("attitude", "quadrotor"), help="run one section (default: both)"
+    )
     args = ap.parse_args(argv)
-    ticks = 100 if args.fast else 400
+    if args.only in (None, "attitude"):
+        rows = attitude_section(100 if args.fast else 400)
+        write_json("online_mpc", dict(machine=machine_info(), rows=rows))
+    if args.only in (None, "quadrotor"):
+        rows = quadrotor_section(args.fast)
+        write_json("online_mpc_quadrotor", dict(machine=machine_info(), rows=rows))
+
+
+def attitude_section(ticks):
+    from common import print_table
+
     rows = []
     for horizon in (10, 30):
         r = run_mujoco_loop(ticks=ticks, horizon=horizon)
@@ -211,12 +424,86 @@ def main(argv=None):
         list(rows[0]),
         title="OnlineMPC driving MuJoCo (LGVI model, 1 iLQR iteration per tick)",
     )
-    write_json("online_mpc", dict(machine=machine_info(), rows=rows))
     print(
         "breakdown (median µs, each part timed alone): compiled = the executable called "
         "directly; step = OnlineMPC.step; filter_jit = the former equinox.filter_jit path; "
         "former_step = the former OnlineMPC.step (its checks and time conversion around it)"
     )
+    return rows
+
+
+def quadrotor_section(fast=False):
+    """The quadrotor flown to (2, 1, 1.5) and back by :func:`run_quadrotor_loop`, MuJoCo's body
+    10 % heavier than the model: the default settings (16 nodes, 2 iLQR iterations per tick,
+    a 2.5 s minimum-jerk reference) and, unless ``fast``, the 33-node horizon, one iteration
+    per tick and a step reference beside them."""
+    from common import print_table
+
+    from geomjax.control.mpc import STALL_TOL
+    from geomjax.control.status import MAX_ITERS
+
+    settings = [dict(horizon=16, iterations=2, ramp=2.5)]
+    if not fast:
+        settings += [
+            dict(horizon=33, iterations=2, ramp=2.5),
+            dict(horizon=16, iterations=1, ramp=2.5),
+            dict(horizon=16, iterations=2, ramp=0.0),
+        ]
+    rows = []
+    for kw in settings:
+        r = run_quadrotor_loop(**kw)
+        n, W, P = r["ticks_per_leg"], r["waypoints"], r["positions"]
+        miss = np.linalg.norm(P[1:] - W[r["legs"]], axis=1)  # MuJoCo's position vs the waypoint
+        lat = r["latencies"] * 1e3
+        settle = []
+        for leg in range(len(W)):
+            d = miss[leg * n : (leg + 1) * n]
+            out = np.nonzero(d >= 0.02)[0]
+            settle.append(
+                None
+                if out.size and out[-1] == n - 1
+                else round(float((out[-1] + 1 if out.size else 0) * r["dt"]), 3)
+            )
+        stalled = (r["status"] == MAX_ITERS) & (r["stationarity"] > STALL_TOL)
+        rows.append(
+            dict(
+                horizon=kw["horizon"],
+                iterations=kw["iterations"],
+                ramp_s=kw["ramp"],
+                ticks=len(r["thrusts"]),
+                compile_s=r["first_tick"],
+                ticks_per_s=r["ticks_per_s"],
+                mean_ms=float(lat.mean()),
+                p50_ms=float(np.percentile(lat, 50)),
+                p99_ms=float(np.percentile(lat, 99)),
+                max_ms=float(lat.max()),
+                leg1_error_mm=1e3 * float(miss[n - 1]),
+                final_error_mm=1e3 * float(np.linalg.norm(r["pose"][:3, 3] - W[-1])),
+                final_tilt_deg=float(np.degrees(np.linalg.norm(_log_so3(r["pose"][:3, :3])))),
+                final_speed=float(np.linalg.norm(r["twist"])),
+                within_2cm_after_s=settle,
+                lowest_z=float(P[:, 2].min()),
+                thrust_min=float(r["thrusts"].min()),
+                thrust_max=float(r["thrusts"].max()),
+                hover_thrust_sum=float(r["thrusts"][-1].sum()),
+                stalled_ticks=int(stalled.sum()),
+                failed_ticks=int((r["status"] > MAX_ITERS).sum()),
+                load_avg=os.getloadavg()[0],
+            )
+        )
+    print_table(
+        rows,
+        [c for c in rows[0] if c not in ("hover_thrust_sum",)],
+        title="OnlineMPC flying MuJoCo's quadrotor (10 % heavier than the model) to (2, 1, 1.5) "
+        "and back",
+    )
+    m_model, m_plant = r["mass"]
+    print(
+        f"model mass {m_model} kg, MuJoCo's body {m_plant:.4g} kg; latencies: geomjax's part of a "
+        "tick (read MuJoCo's state, solve, write the thrusts); compile_s: the first tick; "
+        "within_2cm_after_s: per leg, from the leg's start (None: not at the end)"
+    )
+    return rows
 
 
 def _log_so3(R):
