@@ -104,7 +104,7 @@ def test_online_mpc_flies_mujoco_quadrotor_there_and_back(monkeypatch):
     bench = _bench(monkeypatch)
     from geomjax.control.examples import QUADROTOR
 
-    r = bench.run_quadrotor_loop()  # the plant 10 % heavier than the model
+    r = bench.run_quadrotor_loop(breakdown=False)  # the plant 10 % heavier than the model
     n, W, P = r["ticks_per_leg"], r["waypoints"], r["positions"]
     assert np.allclose(W, [[2.0, 1.0, 1.5], [0.0, 0.0, 0.0]])
     assert r["mass"][1] == pytest.approx(1.1 * QUADROTOR["mass"])
