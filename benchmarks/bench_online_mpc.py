@@ -286,7 +286,7 @@ def run_quadrotor_loop(
     seconds_per_leg=4.0,
     ramp=2.5,
     horizon=16,
-    iterations=2,
+    max_iters=2,
     tracking_weight=1.0,
     mass_scale=1.1,
     breakdown=True,
@@ -295,7 +295,7 @@ def run_quadrotor_loop(
     plant 10 % heavier than the model by default) from rest at the origin through ``waypoints``
     with :class:`~geomjax.control.OnlineMPC` planning on crocoddyl's model (its mass, its
     thrust limits ``[0.1, 5]`` N, its semi-implicit Euler at 0.03 s, ``horizon`` nodes,
-    ``iterations`` iLQR iterations per tick, running pose weight ``tracking_weight``; the first
+    ``max_iters`` iLQR iterations per tick, running pose weight ``tracking_weight``; the first
     plan: the model's hover thrusts).  Each leg lasts ``seconds_per_leg``; its reference moves
     from the previous waypoint to the next along a minimum-jerk path in ``ramp`` seconds
     (``ramp=0``: a step to the waypoint), then stays.
@@ -324,7 +324,7 @@ def run_quadrotor_loop(
     )
     m_model = float(QUADROTOR["mass"])
     J = np.asarray(QUADROTOR["inertia"])
-    online = OnlineMPC(problem, MPC(ILQR(), iterations=iterations, horizon=horizon))
+    online = OnlineMPC(problem, MPC(ILQR(), max_iters=max_iters, horizon=horizon))
     n = horizon or int(problem.steps)
     hover = m_model * QUADROTOR["gravity"] / 4  # the model's hover thrust: the first plan
     plan = online.init(jnp.full((n, 4), hover, dtype))
@@ -463,12 +463,12 @@ def quadrotor_section(fast=False):
     from geomjax.control.mpc import STALL_TOL
     from geomjax.control.status import MAX_ITERS
 
-    settings = [dict(horizon=16, iterations=2, ramp=2.5)]
+    settings = [dict(horizon=16, max_iters=2, ramp=2.5)]
     if not fast:
         settings += [
-            dict(horizon=33, iterations=2, ramp=2.5),
-            dict(horizon=16, iterations=1, ramp=2.5),
-            dict(horizon=16, iterations=2, ramp=0.0),
+            dict(horizon=33, max_iters=2, ramp=2.5),
+            dict(horizon=16, max_iters=1, ramp=2.5),
+            dict(horizon=16, max_iters=2, ramp=0.0),
         ]
     rows = []
     for kw in settings:
@@ -489,7 +489,7 @@ def quadrotor_section(fast=False):
         rows.append(
             dict(
                 horizon=kw["horizon"],
-                iterations=kw["iterations"],
+                max_iters=kw["max_iters"],
                 ramp_s=kw["ramp"],
                 ticks=len(r["thrusts"]),
                 compile_s=r["first_tick"],
