@@ -308,6 +308,93 @@ def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
     return data, cont
 
 
+def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, tables, noise):
+    """The residuals of :func:`_residual_parts` with the segment length as *data*: the tables
+    are those of segment length 1 (one unknown state per sample interval), and ``starts``
+    (per table, ``(N − 1,)`` booleans) marks the intervals that begin a shooting segment.  Each
+    record is integrated interval after interval; at a start the state is reset to that
+    interval's unknown state (a continuity residual compares the two), elsewhere the motion
+    continues.  With ``starts = arange(N − 1) % L == 0`` the residuals are those of segment
+    length ``L`` (the unknowns of the other intervals have no effect), so every segment length
+    of a schedule is one program."""
+    theta, deltas, xis = _unravel(flat, spec)
+    mod, _ = _build(model, theta, spec)
+    sys, meth = dynamics_of(mod, method)
+    G = sys.group
+    B = None
+    if isinstance(getattr(meth, "matrix", None), jax.Array) and hasattr(meth, "method"):
+        B, meth = meth.matrix, meth.method
+    substeps = spec.substeps
+    data_r, cont_r = [], []
+    for tab, delta, xi0, st in zip(tables, deltas, xis, starts, strict=True):
+        if tab["L"] != 1:
+            raise ValueError("internal: the tables of the reset formulation have segment length 1")
+
+        def record(g_obs, d, x, u, t0, h, st=st):
+            def fresh(k):
+                return sys.state_from_velocity(G.rplus(g_obs[k, 0], d[k]), x[k])
+
+            def interval(state, k):
+                new = fresh(k)
+                g_c, mu_c = sys.split(state)
+                g_n, _ = sys.split(new)
+                rc = G.rminus(g_n, g_c) / noise
+                rx = (x[k] - sys.velocity(mu_c)) * h / noise
+                state = jax.tree_util.tree_map(lambda a, b: jnp.where(st[k], a, b), new, state)
+                g_s, mu_s = sys.split(state)
+                uk = None if u is None else u[k]
+                if B is not None and uk is not None:
+                    uk = uk @ B.T
+                sol = simulate(
+                    sys,
+                    meth,
+                    state,
+                    h / substeps,
+                    steps=substeps,
+                    controls=uk,
+                    save_every=substeps,
+                    t0=t0[k],
+                    check_inputs=False,
+                    adjoint=adjoint,
+                )
+                end = jax.tree_util.tree_map(lambda a: a[-1], sol.states)
+                return end, (g_s, sys.velocity(mu_s), jnp.concatenate([rc, rx]))
+
+            last, (g_s, xi_s, rcx) = jax.lax.scan(interval, fresh(0), jnp.arange(d.shape[0]))
+            g_e, mu_e = sys.split(last)
+            g_pred = jnp.concatenate([g_s, g_e[None]])
+            xi_pred = jnp.concatenate([xi_s, sys.velocity(mu_e)[None]])
+            return g_pred, xi_pred, rcx
+
+        u_all = tab["u"]
+        g_pred, xi_pred, rcx = jax.vmap(record, in_axes=(0, 0, 0, None if u_all is None else 0, 0, 0))(
+            tab["g"], delta, xi0, u_all, tab["t0"], tab["h"]
+        )
+        g_obs = jnp.concatenate([tab["g"][:, :, 0], tab["g"][:, -1:, 1]], axis=1)
+        r = jax.vmap(jax.vmap(G.rminus))(g_obs, g_pred) / noise
+        data_r.append(r.reshape(-1))
+        if tab["xi"] is not None:
+            xi_obs = jnp.concatenate([tab["xi"][:, :, 0], tab["xi"][:, -1:, 1]], axis=1)
+            data_r.append(((xi_pred - xi_obs) / tab["vn"][:, None, :]).reshape(-1))
+        cmask = st.at[0].set(False)[None, :, None]
+        cont_r.append(weight * jnp.where(cmask, rcx, 0.0).reshape(-1))
+    data = jnp.concatenate(data_r)
+    cont = jnp.concatenate(cont_r) if cont_r else jnp.zeros((0,), data.dtype)
+    return data, cont
+
+
+def segment_starts(pb, segment_length):
+    """Per table of ``pb`` (a :func:`fitting_problem` of segment length 1), the ``(N − 1,)``
+    booleans marking the first interval of each segment of ``segment_length`` samples (clipped,
+    as :func:`_segments`, to the record)."""
+    out = []
+    for tab in pb.tables:
+        n = tab["g"].shape[1]  # N − 1 intervals
+        L = min(int(segment_length), n)
+        out.append(jnp.asarray(np.arange(n) % L == 0))
+    return tuple(out)
+
+
 def _residual_vector(flat, weight, spec, model, method, adjoint, tables, noise):
     d, c = _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise)
     return jnp.concatenate([d, c])
@@ -753,13 +840,35 @@ def _phys_jacobian(theta_flat, spec):
     return jax.jacfwd(phys)(theta_flat)
 
 
-def levenberg_marquardt(x0, weight, max_steps, rtol, atol, args, history=0, svd=False):
+def levenberg_marquardt(
+    x0,
+    weight,
+    max_steps,
+    rtol,
+    atol,
+    args,
+    history=0,
+    svd=False,
+    starts=None,
+    cols=None,
+):
     """Levenberg–Marquardt (:func:`_lm_run_program`) on the residuals of a fitting problem
     (``args`` of :func:`fitting_problem`): ``(x, r, J, converged, steps, reason, costs)``, with
     ``costs`` the cost ``½ Σ r²`` of the accepted point after each of the first ``history``
-    iterations (NumPy; the first is the initial guess's); ``svd``: see :func:`_lm_run_program`."""
+    iterations (NumPy; the first is the initial guess's); ``svd``: see :func:`_lm_run_program`;
+    ``starts``: the segments' first intervals (:func:`segment_starts`) of a problem of segment
+    length 1 (the residuals of :func:`_residual_parts_reset`)."""
     x, r, J, done, k, lam, hist = _lm_run(
-        x0, weight, jnp.asarray(max_steps), rtol, atol, *args, history=int(history), svd=bool(svd)
+        x0,
+        weight,
+        jnp.asarray(max_steps),
+        rtol,
+        atol,
+        *args,
+        history=int(history),
+        svd=bool(svd),
+        starts=starts,
+        cols=cols,
     )
     done, k, lam = bool(done), int(k), float(lam)
     if done:
@@ -785,6 +894,8 @@ def _lm_run_program(
     noise,
     history=0,
     svd=False,
+    starts=None,
+    cols=None,
 ):
     """Levenberg–Marquardt with Marquardt's diagonal scaling (Nocedal & Wright, *Numerical
     Optimization*, 2nd ed., Springer 2006, §10.3), the Jacobian by forward mode (``jax.jacfwd``:
@@ -793,7 +904,7 @@ def _lm_run_program(
     Converged when the Gauss–Newton decrement ``½ gᵀ(JᵀJ)⁻¹g`` (the decrease a full Gauss–Newton
     step would still bring) is at most ``rtol·cost + atol``, or an accepted step changes the cost
     by at most ``rtol·cost + atol`` and moves the unknowns by at most
-    ``sqrt(rtol)·(|x| + sqrt(rtol))``, or the gradient vanishes.
+    ``sqrt(rtol)·(|x| + sqrt(rtol))``, or the gradient vanishes (``max |g| ≤ atol``).
 
     A module-level function of the problem's arrays and static structure (``spec``, the model's
     and the method's structure, the tables' sizes): the data, the initial guess, the continuity
@@ -801,25 +912,55 @@ def _lm_run_program(
     reuses the compiled program.  ``history`` (static): the length of the record of the accepted
     cost after each iteration that is returned last.  ``svd`` (static): the step and the
     decrement from the SVD of the column-scaled Jacobian instead of the normal equations (for
-    rank-deficient problems, e.g. networks, whose ``JᵀJ`` is singular in floating point).
+    rank-deficient problems, e.g. networks, whose ``JᵀJ`` is singular in floating point), and
+    Levenberg's damping ``λ σ₁² 1`` (``σ₁`` the largest singular value of ``J``) instead of
+    Marquardt's ``λ diag(JᵀJ)``.  A network's Jacobian has columns near zero where the
+    linearization holds only for small changes (the first layers' weights, which act through
+    the small last layer: their columns are the last layer's weights times the rest); Marquardt's
+    scaling gives those directions as little damping as their columns are small, so the step
+    moves them by orders of magnitude more than the linear model allows (measured on the
+    pendulum of the learning guide: weight steps of 10³ from every damping up to 10³, each
+    rejected, until the damping blew up), while damping in the unknowns' own units bounds every
+    direction's step alike.  ``starts`` (traced; see :func:`levenberg_marquardt`): the
+    residuals of :func:`_residual_parts_reset`.  ``cols`` (traced, optional): the indices of
+    the unknowns solved for (the others held; an index past the end is a padding column, zero
+    in the Jacobian), so that the Jacobian has no columns for the unknowns a stage's residuals do
+    not depend on, and stages of different sizes share one program.
     """
     TRACES["levenberg_marquardt"] += 1
 
     def fn(x):
+        if starts is not None:
+            d, c = _residual_parts_reset(
+                x, weight, starts, spec, model, method, adjoint, tables, noise
+            )
+            return jnp.concatenate([d, c])
         return _residual_vector(x, weight, spec, model, method, adjoint, tables, noise)
 
-    def both(x):
-        r = fn(x)
+    # the unknowns solved for: all, or the columns ``cols`` of x (an index past the end pads)
+    n_act = x0.size if cols is None else cols.shape[0]
+
+    def embed(x, z):
+        return x + z if cols is None else x.at[cols].add(z, mode="drop")
+
+    def active(x):
+        return x if cols is None else x.at[cols].get(mode="fill", fill_value=0.0)
+
+    def both(z, x):
+        r = fn(embed(x, z))
         return r, r
 
-    jac_and_value = jax.jacfwd(both, has_aux=True)  # one copy of the model in the program
+    jac_z = jax.jacfwd(both, has_aux=True)  # one copy of the model in the program
+
+    def jac_and_value(x):
+        return jac_z(jnp.zeros((n_act,), x.dtype), x)
     dtype = x0.dtype
     r_shape = jax.eval_shape(fn, x0).shape
     inf = jnp.asarray(jnp.inf, dtype)
     init = (
         x0,  # accepted point
         jnp.zeros(r_shape, dtype),
-        jnp.zeros((*r_shape, x0.size), dtype),
+        jnp.zeros((*r_shape, n_act), dtype),
         inf,  # its cost (none accepted yet)
         x0,  # trial point
         jnp.asarray(1e-3, dtype),
@@ -842,7 +983,10 @@ def _lm_run_program(
             ok
             & ~first
             & (cost - cost_t <= rtol * cost_t + atol)
-            & (jnp.linalg.norm(xt - x) <= jnp.sqrt(rtol) * (jnp.linalg.norm(x) + jnp.sqrt(rtol)))
+            & (
+                jnp.linalg.norm(active(xt - x))
+                <= jnp.sqrt(rtol) * (jnp.linalg.norm(active(x)) + jnp.sqrt(rtol))
+            )
         )
         x = jnp.where(ok, xt, x)
         r = jnp.where(ok, rt, r)
@@ -851,14 +995,14 @@ def _lm_run_program(
         lam = jnp.where(first, lam, jnp.where(ok, lam / 3.0, lam * 2.0))
         g = J.T @ r
         if svd:
-            # through the SVD of the column-scaled J (not the normal equations, whose condition
-            # is J's squared): the damped step and the decrement over J's numerical range
-            # (a zero column, e.g. a potential's constant offset, which no motion sees: 1)
-            d = jnp.linalg.norm(J, axis=0)
-            d = jnp.where(d > 0, d, 1.0)
-            U, sv, Vt = jnp.linalg.svd(J / d, full_matrices=False)
+            # through the SVD of J (not the normal equations, whose condition is J's squared):
+            # the damped step and the decrement over J's numerical range (a zero column, e.g. a
+            # potential's constant offset, which no motion sees, takes no step); Levenberg's
+            # damping, relative to the largest curvature (see the docstring)
+            U, sv, Vt = jnp.linalg.svd(J, full_matrices=False)
             ur = U.T @ r
-            dx = -(Vt.T @ (sv * ur / (sv**2 + lam))) / d
+            mu = lam * jnp.maximum(sv[0] ** 2, jnp.finfo(dtype).tiny)
+            dx = -(Vt.T @ (sv * ur / (sv**2 + mu)))
             live = sv > jnp.finfo(dtype).eps * max(J.shape) * sv[0]
             dec = 0.5 * jnp.sum(jnp.where(live, ur, 0.0) ** 2)
         else:
@@ -870,7 +1014,7 @@ def _lm_run_program(
         converged_here = ~first & (dec <= rtol * cost + atol)
         done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
         hist = hist.at[k].set(cost, mode="drop")
-        return (x, r, J, cost, x + dx, lam, k + 1, done, hist)
+        return (x, r, J, cost, embed(x, dx), lam, k + 1, done, hist)
 
     x, r, J, _, _, lam, k, done, hist = jax.lax.while_loop(cond, body, init)
     return x, r, J, done, k, lam, hist

@@ -32,7 +32,13 @@ from .._internal.eager import top_level_options
 from ..integrators.base import AbstractMethod
 from ..lie import SE3, SO3, LieGroup
 from ..systems.nonholonomic import NonholonomicState, NonholonomicSystem
-from .identify import FitError, fitting_loss, fitting_problem, levenberg_marquardt
+from .identify import (
+    FitError,
+    _residual_parts_reset,
+    fitting_problem,
+    levenberg_marquardt,
+    segment_starts,
+)
 
 __all__ = [
     "GroupLagrangianSystem",
@@ -550,6 +556,8 @@ def fit_model(
     callback=None,
     rtol: float = 1e-8,
     atol: float = 1e-10,
+    ftol: float = 1e-4,
+    window: int = 50,
 ) -> ModelFit:
     """Train the leaves ``where(system)`` (default :func:`neural_leaves`) through the discrete flow.
 
@@ -599,71 +607,142 @@ def fit_model(
     )
     if any(n < 1 for _, n in stages):
         raise ValueError("fit_model: argument 'steps' (of every stage) must be a positive int")
+    pb = fitting_problem(
+        system,
+        data,
+        where,
+        "free",
+        method,
+        substeps,
+        1,  # one unknown state per sample interval; each stage marks its segments' starts
+        noise,
+        velocity_noise,
+        continuity_weight,
+        adjoint,
+        "fit_model",
+    )
+    n_theta = sum(pb.spec.theta_sizes)
+    weight = jnp.asarray(continuity_weight, pb.dtype)
     if solver == "lm":
-        return _fit_lm(
-            system,
-            data,
-            where,
-            stages,
-            method,
-            substeps,
-            noise,
-            velocity_noise,
-            continuity_weight,
-            adjoint,
-            callback,
-            rtol,
-            atol,
-        )
+        return _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol)
     import optax
 
     total = sum(b for _, b in stages)
     name = "adam" if optimizer is None else "optimizer"
     if optimizer is None:
-        optimizer = optax.adam(optax.exponential_decay(1e-2, total, 0.05))
-    losses = []
-    state = None
+        optimizer = _default_adam(total)
+    losses, done, why, iterations = [], False, "", 0
+    y = pb.flat0
+    opt_state = optimizer.init(y)
     for length, n_steps in stages:
-        loss, y0, unravel = fitting_loss(
-            system,
-            data,
-            where,
-            kinds="free",
-            method=method,
-            substeps=substeps,
-            segment_length=length,
-            noise=noise,
-            velocity_noise=velocity_noise,
-            continuity_weight=continuity_weight,
-            adjoint=adjoint,
-        )
-        n_theta = sum(int(np.size(x)) for x in _as_tuple(where(system)))
-        # the optimizer state of the weights carries over the stages; the segments' states not
-        opt_state = (
-            optimizer.init(y0) if state is None else _carry_state(optimizer, state, y0, n_theta)
-        )
-
-        # compiled with XLA:CPU's small-loop threshold raised for this program alone (the
-        # integrator's loops in the loss and its gradient as single kernels)
-        @functools.partial(top_level_options, small_loops=True)
-        def step(y, opt_state, loss=loss):
-            val, grad = jax.value_and_grad(loss)(y)
-            upd, opt_state = optimizer.update(grad, opt_state, y)
-            return optax.apply_updates(y, upd), opt_state, val
-
-        y = y0
+        starts = segment_starts(pb, length)
+        # each stage starts its segments from the measured states; the weights, the optimizer's
+        # step count and the weights' moment estimates carry over (the segments' moments not)
+        y = jnp.concatenate([y[:n_theta], pb.flat0[n_theta:]])
+        opt_state = _reset_moments(opt_state, n_theta)
+        first = len(losses)
+        done = False
         for _ in range(n_steps):
-            y, opt_state, val = step(y, opt_state)
+            y, opt_state, val, gmax = _adam_step(y, opt_state, starts, weight, optimizer, pb.args)
             losses.append(float(val))
+            iterations += 1
             if callback is not None:
                 callback(len(losses) - 1, losses[-1])
-        state = opt_state
-        system = _put_leaves(system, where, unravel(y)[0])
-    status = (
-        f"ran its steps={total} ({'Adam' if name == 'adam' else 'the optimizer'} has no stopping "
-        "test): not known to be converged; use solver='lm' for a solve with a stopping test"
+            k = len(losses) - first
+            if float(gmax) <= atol:
+                done, why = True, "the gradient vanished"
+            elif ftol > 0 and k > window:
+                old, new = losses[-1 - window], losses[-1]
+                if old - new <= ftol * abs(new):
+                    done, why = True, f"the loss fell by at most ftol={ftol:g} over {window} steps"
+            if done:
+                break
+    system = _put_leaves(system, where, pb.unravel(y)[0])
+    if done:
+        status = "converged"
+    else:
+        tail = losses[-1 - min(window, len(losses) - 1)]
+        status = (
+            f"ran its steps={total} without meeting the stopping test (the loss still fell by "
+            f"{(tail - losses[-1]) / max(abs(losses[-1]), 1e-300):.1e} relative over the last "
+            f"{min(window, len(losses) - 1)} steps, more than ftol={ftol:g}): raise the steps, "
+            "or use solver='lm'"
+        )
+    return ModelFit(
+        system,
+        np.asarray(losses),
+        done,
+        status,
+        iterations,
+        name,
+        _stage_unknowns(pb, y, stages[-1][0]),
     )
-    return ModelFit(system, np.asarray(losses), False, status, total, name, y)
+
+
+@functools.lru_cache(maxsize=8)
+def _default_adam(total):
+    """The default optimizer (cached: the same transformation, so the compiled step of
+    :func:`_adam_step` is reused by every fit of the same structure and length)."""
+    import optax
+
+    return optax.adam(optax.exponential_decay(1e-2, total, 0.05))
+
+
+def _adam_step_program(y, opt_state, starts, weight, optimizer, args):
+    """One optimizer step on the loss of :func:`~geomjax.learn.identify._residual_parts_reset`
+    (the segments' starts traced: one program for every stage of a schedule)."""
+    import optax
+
+    def loss(y):
+        d, c = _residual_parts_reset(y, weight, starts, *args)
+        return 0.5 * (jnp.sum(d**2) + jnp.sum(c**2))
+
+    val, grad = jax.value_and_grad(loss)(y)
+    upd, opt_state = optimizer.update(grad, opt_state, y)
+    return optax.apply_updates(y, upd), opt_state, val, jnp.max(jnp.abs(grad))
+
+
+# compiled with XLA:CPU's small-loop threshold raised for this program alone (the integrator's
+# loops in the loss and its gradient as single kernels)
+_adam_step = top_level_options(_adam_step_program, small_loops=True)
+
+
+def _reset_moments(opt_state, n_theta):
+    """The optimizer state with the entries of the segments' states (after the ``n_theta``
+    weights) of every vector of the unknowns' size set to zero (fresh moment estimates)."""
+
+    def reset(x):
+        if eqx.is_array(x) and x.ndim == 1 and x.shape[0] > n_theta:
+            return x.at[n_theta:].set(0.0)
+        return x
+
+    return jax.tree_util.tree_map(reset, opt_state)
+
+
+def _stage_unknowns(pb, y, length):
+    """``y`` (one state per interval) in the layout of :func:`~geomjax.learn.fitting_loss` at
+    segment length ``length``: the weights, then per group of records the states of the
+    segments' first intervals."""
+    theta, deltas, xis = pb.unravel(y)
+    parts = [t.reshape(-1) for t in theta]
+    for d, x in zip(deltas, xis, strict=True):
+        L = min(int(length), d.shape[1])
+        parts += [d[:, ::L].reshape(-1), x[:, ::L].reshape(-1)]
+    return jnp.concatenate(parts)
+
+
+def _active_columns(pb, n_theta, length):
+    """Indices of the unknowns the residuals of segment length ``length`` depend on: the weights
+    and the states of the segments' first intervals."""
+    idx, o = [np.arange(n_theta)], n_theta
+    for shape in pb.spec.layout:  # (records, intervals, dim), deltas then velocities
+        n = int(np.prod(shape))
+        first = np.zeros(shape, bool)
+        first[:, :: min(int(length), shape[1])] = True
+        on = np.flatnonzero(first.reshape(-1))
+        idx += [o + on, o + n + on]
+        o += 2 * n
+    return np.concatenate(idx)
 
 
 def _put_leaves(system, where, theta):
@@ -673,73 +752,45 @@ def _put_leaves(system, where, theta):
     return eqx.tree_at(where, system, replace=vals[0] if single else vals)
 
 
-def _fit_lm(
-    system,
-    data,
-    where,
-    stages,
-    method,
-    substeps,
-    noise,
-    velocity_noise,
-    continuity_weight,
-    adjoint,
-    callback,
-    rtol,
-    atol,
-):
-    """Levenberg–Marquardt stage after stage (see :func:`fit_model`)."""
+def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol):
+    """Levenberg–Marquardt stage after stage (see :func:`fit_model`): one compiled program for
+    every stage (the segments' starts and the iteration cap are traced)."""
     losses, iterations = [], 0
-    for length, cap in stages:
-        pb = fitting_problem(
-            system,
-            data,
-            where,
-            "free",
-            method,
-            substeps,
-            length,
-            noise,
-            velocity_noise,
-            continuity_weight,
-            adjoint,
-            "fit_model",
-        )
-        w = jnp.asarray(continuity_weight, pb.dtype)
+    cap_max = max(cap for _, cap in stages)
+    cols = [_active_columns(pb, n_theta, length) for length, _ in stages]
+    width = max(c.size for c in cols)
+    y = pb.flat0
+    for (length, cap), c in zip(stages, cols, strict=True):
+        y = jnp.concatenate([y[:n_theta], pb.flat0[n_theta:]])
+        c = np.concatenate([c, np.full(width - c.size, y.size)])  # padded past the end
         y, _, _, done, k, why, costs = levenberg_marquardt(
-            pb.flat0, w, cap, rtol, atol, pb.args, history=cap, svd=True
+            y,
+            weight,
+            cap,
+            rtol,
+            atol,
+            pb.args,
+            history=cap_max,
+            svd=True,
+            starts=segment_starts(pb, length),
+            cols=jnp.asarray(c),
         )
         iterations += k
         for c in costs:
             losses.append(float(c))
             if callback is not None:
                 callback(len(losses) - 1, losses[-1])
-        system = _put_leaves(system, where, pb.unravel(y)[0])
+    system = _put_leaves(system, where, pb.unravel(y)[0])
     status = (
         "converged"
         if done
         else f"the Levenberg–Marquardt solve did not converge ({why}) in {k} iterations of the "
         f"last stage (segment length {length}): raise its steps, or rtol"
     )
-    return ModelFit(system, np.asarray(losses), done, status, iterations, "lm", y)
+    return ModelFit(
+        system, np.asarray(losses), done, status, iterations, "lm", _stage_unknowns(pb, y, length)
+    )
 
 
 def _as_tuple(x):
     return tuple(x) if isinstance(x, tuple | list) else (x,)
-
-
-def _carry_state(optimizer, old_state, y0, n_theta):
-    """A fresh optimizer state for ``y0`` whose step count and the weights' moment estimates come
-    from ``old_state`` (the weights come first in the vector of unknowns)."""
-    new = optimizer.init(y0)
-
-    def merge(o, n):
-        if not (eqx.is_array(o) and eqx.is_array(n)):
-            return n
-        if o.shape == n.shape:
-            return o
-        if o.ndim == 1 and n.ndim == 1:
-            return n.at[:n_theta].set(o[:n_theta])
-        return n
-
-    return jax.tree_util.tree_map(merge, old_state, new)

