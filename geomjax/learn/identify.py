@@ -367,9 +367,9 @@ def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, ta
             return g_pred, xi_pred, rcx
 
         u_all = tab["u"]
-        g_pred, xi_pred, rcx = jax.vmap(record, in_axes=(0, 0, 0, None if u_all is None else 0, 0, 0))(
-            tab["g"], delta, xi0, u_all, tab["t0"], tab["h"]
-        )
+        g_pred, xi_pred, rcx = jax.vmap(
+            record, in_axes=(0, 0, 0, None if u_all is None else 0, 0, 0)
+        )(tab["g"], delta, xi0, u_all, tab["t0"], tab["h"])
         g_obs = jnp.concatenate([tab["g"][:, :, 0], tab["g"][:, -1:, 1]], axis=1)
         r = jax.vmap(jax.vmap(G.rminus))(g_obs, g_pred) / noise
         data_r.append(r.reshape(-1))
@@ -954,6 +954,7 @@ def _lm_run_program(
 
     def jac_and_value(x):
         return jac_z(jnp.zeros((n_act,), x.dtype), x)
+
     dtype = x0.dtype
     r_shape = jax.eval_shape(fn, x0).shape
     inf = jnp.asarray(jnp.inf, dtype)

@@ -503,12 +503,15 @@ class ModelFit:
         losses: the loss ``½ Σ r²`` after each step (NumPy); for ``solver="lm"`` the cost of the
             accepted point after each iteration, the first being the starting point's, stage
             after stage.
-        converged: whether the last stage met its stopping test (Adam has none: always False).
+        converged: whether the last stage met its stopping test (see :func:`fit_model`: for
+            Adam the relative fall of the loss over a window of steps, or a vanishing gradient;
+            for Levenberg–Marquardt the Gauss–Newton decrement, the step relative to the
+            unknowns, or a vanishing gradient).
         status: ``"converged"``, or a sentence saying why not.
         iterations: optimizer steps (Adam) or Levenberg–Marquardt iterations (Jacobian
             evaluations), all stages together.
         solver: ``"adam"`` (or the ``optimizer`` given) or ``"lm"``.
-        unknowns: the last stage's flat vector of unknowns at the end, as ``y`` of
+        unknowns: the last stage's flat vector of unknowns at the end, in the layout of ``y`` of
             :func:`~geomjax.learn.fitting_loss` (the fitted leaves unconstrained, then the
             segments' configuration offsets and velocities).
     """
@@ -567,25 +570,37 @@ def fit_model(
     configurations and velocities learned with the weights, by
 
     * ``solver="adam"`` (default): ``optimizer`` (default ``optax.adam`` with a learning rate
-      decaying from 1e-2 to 5e-4) for ``steps`` steps.  A first-order method without a
-      stopping test: it runs every step and reports ``converged=False`` with the status
-      ``"ran its steps=... (Adam has no stopping test) ..."``.
+      decaying from 1e-2 to 5e-4) for at most ``steps`` steps.  Stopping test: a stage ends
+      when the loss fell by at most ``ftol`` (relative, default ``1e-4``) over the last
+      ``window`` steps (default 50), or the gradient vanished (``max |∇loss| ≤ atol``); the
+      result is ``converged`` when the last stage met it, and its status otherwise says how much
+      the loss still fell (``ftol=0``: every step runs).
     * ``solver="lm"``: Levenberg–Marquardt on the same residuals (the solver of
       :func:`~geomjax.learn.fit_parameters`, leaves of kind ``"free"``), at most ``steps``
-      iterations, in one compiled loop per stage; converged when the Gauss–Newton decrement
-      (what a full Gauss–Newton step would still gain) is at most ``rtol·loss + atol``, or a
-      step changes the loss by at most that and the unknowns by a relative ``sqrt(rtol)``.
-      For small networks (a few thousand weights): each iteration forms the Jacobian by
-      forward mode, one pass per unknown, and holds it, ``(residuals × unknowns)`` floats (e.g.
-      4 one-second records of 21 samples at segment length 2: about 720 × 600 × 8 B ≈ 3.5 MB
-      for a 353-weight network), and solves a linear system in the unknowns.  No covariance or
-      rank analysis (an overparameterized network is rank deficient by nature: the damping
-      keeps each step defined).  ``optimizer`` must then be None.
+      iterations, in one compiled loop; converged when the Gauss–Newton decrement (what a full
+      Gauss–Newton step would still gain) is at most ``rtol·loss + atol`` (defaults ``1e-8``,
+      ``1e-10``), or a step changes the loss by at most that and the unknowns by a relative
+      ``sqrt(rtol)``, or the gradient vanishes (``max |∇loss| ≤ atol``).  The step is taken
+      through the SVD of the Jacobian with Levenberg's damping ``λ σ₁²`` (``σ₁`` its largest
+      singular value), the same in every direction of the unknowns: Marquardt's per-column
+      scaling lets the first layers' weights, whose columns are small while the last layer is,
+      take steps far beyond where the linearization holds, and stalled on the learning guide's
+      pendulum.  For small networks (a few thousand weights): each iteration forms the
+      Jacobian by forward mode, one pass per unknown, and holds it, ``(residuals × unknowns)``
+      floats, and takes an SVD of it.  No covariance or rank analysis (an overparameterized
+      network is rank deficient by nature: the damping keeps each step defined).
+      ``optimizer`` must then be None.
 
     ``segment_length`` may be a schedule, a sequence of ``(length, steps)`` stages, e.g.
-    ``((2, 300), (5, 200), (10, 200))``: short segments first (each nearly linear in the unknown
-    forces), then longer ones (the long-horizon behaviour); ``steps`` is then ignored (for
-    ``"lm"`` each stage's steps are its iteration cap; convergence is that of the last stage).
+    ``((2, 300), (5, 150), (10, 150))``: short segments first (each nearly linear in the
+    unknown forces), then longer ones (the long-horizon behaviour); ``steps`` is then ignored
+    (for ``"lm"`` each stage's steps are its iteration cap; convergence is that of the last
+    stage).  Every stage is the same compiled program: the unknowns hold one state per sample
+    interval, and a stage marks which intervals start a segment (the others continue the
+    motion; their states are not used), so the segment length is data, not a shape.  Each stage
+    restarts the segments' states from the records; the weights (and Adam's step count and
+    the weights' moment estimates) carry over.  The program is also reused by later fits of the
+    same structure (records' lengths, network, schedule length for the default optimizer).
     ``callback(i, loss)`` is called after each step (Adam) or with each iteration's loss after
     each stage's solve (``"lm"``).
 
@@ -607,6 +622,11 @@ def fit_model(
     )
     if any(n < 1 for _, n in stages):
         raise ValueError("fit_model: argument 'steps' (of every stage) must be a positive int")
+    if not (isinstance(window, int | np.integer) and window >= 1) or not float(ftol) >= 0:
+        raise ValueError(
+            f"fit_model: arguments 'window' (a positive int) and 'ftol' (≥ 0) got {window!r}, "
+            f"{ftol!r}"
+        )
     pb = fitting_problem(
         system,
         data,
@@ -625,13 +645,11 @@ def fit_model(
     weight = jnp.asarray(continuity_weight, pb.dtype)
     if solver == "lm":
         return _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol)
-    import optax
-
     total = sum(b for _, b in stages)
     name = "adam" if optimizer is None else "optimizer"
     if optimizer is None:
         optimizer = _default_adam(total)
-    losses, done, why, iterations = [], False, "", 0
+    losses, done, iterations = [], False, 0
     y = pb.flat0
     opt_state = optimizer.init(y)
     for length, n_steps in stages:
@@ -639,7 +657,7 @@ def fit_model(
         # each stage starts its segments from the measured states; the weights, the optimizer's
         # step count and the weights' moment estimates carry over (the segments' moments not)
         y = jnp.concatenate([y[:n_theta], pb.flat0[n_theta:]])
-        opt_state = _reset_moments(opt_state, n_theta)
+        opt_state = _restart_states(optimizer, opt_state, y, n_theta)
         first = len(losses)
         done = False
         for _ in range(n_steps):
@@ -650,11 +668,11 @@ def fit_model(
                 callback(len(losses) - 1, losses[-1])
             k = len(losses) - first
             if float(gmax) <= atol:
-                done, why = True, "the gradient vanished"
+                done = True  # the gradient vanished
             elif ftol > 0 and k > window:
                 old, new = losses[-1 - window], losses[-1]
                 if old - new <= ftol * abs(new):
-                    done, why = True, f"the loss fell by at most ftol={ftol:g} over {window} steps"
+                    done = True  # the loss fell by at most ftol over the window
             if done:
                 break
     system = _put_leaves(system, where, pb.unravel(y)[0])
@@ -707,16 +725,18 @@ def _adam_step_program(y, opt_state, starts, weight, optimizer, args):
 _adam_step = top_level_options(_adam_step_program, small_loops=True)
 
 
-def _reset_moments(opt_state, n_theta):
-    """The optimizer state with the entries of the segments' states (after the ``n_theta``
-    weights) of every vector of the unknowns' size set to zero (fresh moment estimates)."""
+def _restart_states(optimizer, opt_state, y, n_theta):
+    """The optimizer state for a stage starting at ``y``: every vector of the unknowns' size
+    fresh from ``optimizer.init(y)`` past the ``n_theta`` weights (the segments' states
+    restart), the rest (the weights' entries, the step counts) carried over."""
+    new = optimizer.init(y)
 
-    def reset(x):
-        if eqx.is_array(x) and x.ndim == 1 and x.shape[0] > n_theta:
-            return x.at[n_theta:].set(0.0)
-        return x
+    def merge(o, n):
+        if eqx.is_array(o) and eqx.is_array(n) and n.shape == y.shape and o.shape == y.shape:
+            return n.at[:n_theta].set(o[:n_theta])
+        return o
 
-    return jax.tree_util.tree_map(reset, opt_state)
+    return jax.tree_util.tree_map(merge, opt_state, new)
 
 
 def _stage_unknowns(pb, y, length):

@@ -117,7 +117,12 @@ def staged_adam(model, data, schedule):
     losses, state, theta = [], None, None
     for length, n in schedule:
         loss, y, _ = fitting_loss(
-            model, data, neural_leaves, kinds="free", continuity_weight=1.0, noise=1e-3,
+            model,
+            data,
+            neural_leaves,
+            kinds="free",
+            continuity_weight=1.0,
+            noise=1e-3,
             segment_length=length,
         )
         n_theta = sum(x.size for x in neural_leaves(model))
