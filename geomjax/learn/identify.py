@@ -911,7 +911,7 @@ def _lm_run_program(
     weight, ``max_steps`` and the model's values are traced, so a new fit of the same structure
     reuses the compiled program.  ``history`` (static): the length of the record of the accepted
     cost after each iteration that is returned last.  ``svd`` (static): the step and the
-    decrement from the SVD of the column-scaled Jacobian instead of the normal equations (for
+    decrement from the SVD of the Jacobian instead of the normal equations (for
     rank-deficient problems, e.g. networks, whose ``JᵀJ`` is singular in floating point), and
     Levenberg's damping ``λ σ₁² 1`` (``σ₁`` the largest singular value of ``J``) instead of
     Marquardt's ``λ diag(JᵀJ)``.  A network's Jacobian has columns near zero where the
@@ -921,7 +921,8 @@ def _lm_run_program(
     moves them by orders of magnitude more than the linear model allows (measured on the
     pendulum of the learning guide: weight steps of 10³ from every damping up to 10³, each
     rejected, until the damping blew up), while damping in the unknowns' own units bounds every
-    direction's step alike.  ``starts`` (traced; see :func:`levenberg_marquardt`): the
+    direction's step alike (the figures: the learning guide, "Training to convergence").
+    ``starts`` (traced; see :func:`levenberg_marquardt`): the
     residuals of :func:`_residual_parts_reset`.  ``cols`` (traced, optional): the indices of
     the unknowns solved for (the others held; an index past the end is a padding column, zero
     in the Jacobian), so that the Jacobian has no columns for the unknowns a stage's residuals do
