@@ -248,7 +248,7 @@ def training_section(fast):
                 "second_call_s": times[1],
                 "compile_s": times[0] - times[1],
                 "final_loss": float(out.losses[-1]),
-                "status": out.status[:60],
+                "status": out.stop_reason,
                 **at_horizons(err),
             }
         )

@@ -258,7 +258,7 @@ def main(argv=None):
                 "fit": label,
                 "wall_s": wall,
                 "new_traces": traces,
-                "status": res.status,
+                "status": res.stop_reason,
                 **errors(res),
             }
         )

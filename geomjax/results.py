@@ -16,6 +16,7 @@ code   :attr:`Status.reason`        meaning
 3      ``"nonfinite"``              NaN or inf in the cost, its gradient or the dynamics
 4      ``"constraints_not_met"``    constraints still violated after the outer iterations
 5      ``"solve_not_converged"``    an implicit solve of a time step missed its tolerance
+6      ``"rank_deficient"``         the data do not determine the fitted parameters separately
 =====  ===========================  ===============================================================
 
 Which routine reports which:
@@ -27,7 +28,11 @@ Which routine reports which:
   1, is normal in MPC; :attr:`~geomjax.control.MPCResult.healthy` says whether the loop is);
   ``MPCPlan.status`` is -1 before the first solve;
 * :class:`~geomjax.control.OptimizeResult` (``optimize``): 0 (its ``stop_reason`` ``"target"``,
-  ``"gtol"`` or ``"patience"``), 1 or 3.
+  ``"gtol"`` or ``"patience"``), 1 or 3;
+* :class:`~geomjax.learn.FitResult` (``fit_parameters``) and :class:`~geomjax.learn.ModelFit`
+  (``fit_model``): 0, 1, 3 or 6 (``fit_parameters``' Jacobian rank-deficient); their
+  ``message`` says what happened in a sentence and their ``check()`` raises
+  :class:`~geomjax.learn.FitError`, a :class:`ConvergenceError`.
 
 A batch of solves (``vmap``) reports one status per member; its one-word summary
 (``stop_reason``) is the *worst* member's, by :data:`SEVERITY` (a non-finite member outranks one
@@ -59,6 +64,7 @@ class Status(enum.IntEnum):
     NONFINITE = 3
     CONSTRAINTS_NOT_MET = 4
     SOLVE_NOT_CONVERGED = 5
+    RANK_DEFICIENT = 6
 
     @property
     def reason(self) -> str:
@@ -95,6 +101,7 @@ _REASONS = {
     Status.NONFINITE: "nonfinite",
     Status.CONSTRAINTS_NOT_MET: "constraints_not_met",
     Status.SOLVE_NOT_CONVERGED: "solve_not_converged",
+    Status.RANK_DEFICIENT: "rank_deficient",
 }
 
 _MESSAGES = {
@@ -107,6 +114,8 @@ _MESSAGES = {
     Status.NONFINITE: "the cost or the dynamics returned NaN or inf",
     Status.CONSTRAINTS_NOT_MET: "constraints not met within the outer iterations",
     Status.SOLVE_NOT_CONVERGED: "an implicit solve of a time step did not converge",
+    Status.RANK_DEFICIENT: "the data do not determine the fitted parameters separately (the "
+    "Jacobian is rank-deficient)",
 }
 
 #: The order in which a batch's statuses are summarized, best first: the summary of a batch is
@@ -117,6 +126,7 @@ SEVERITY = (
     Status.CONVERGED,
     Status.MAX_ITERS,
     Status.CONSTRAINTS_NOT_MET,
+    Status.RANK_DEFICIENT,
     Status.REGULARIZATION_LIMIT,
     Status.SOLVE_NOT_CONVERGED,
     Status.NONFINITE,

@@ -116,7 +116,27 @@ def _fit_neural_ode(kw):
     return fit_neural_ode(NeuralODE(9, 3, jax.random.PRNGKey(0), width=4), R, 0.1, **{kw: 0})
 
 
+def _fit_result():
+    from geomjax.learn import FitResult
+    from geomjax.results import Status
+
+    return FitResult(
+        system=None, values=(), std=(), covariance=np.zeros((0, 0)), names=(), initial_states=[],
+        sigma=1.0, cost=0.5, converged=True, rank_ratio=1.0, status=Status.CONVERGED,
+        message="converged", iterations=9,
+    )  # fmt: skip
+
+
+def _pendulum_model():
+    from geomjax.learn import NeuralPotential
+
+    return gj.RigidBody(
+        jnp.array([1.0, 2.0, 3.0]), potential=NeuralPotential(gj.SO3, jax.random.PRNGKey(0), 4, 1)
+    )
+
+
 INSTANCES = {
+    ("geomjax.learn", "FitResult"): _fit_result,
     ("geomjax.control", "MPC"): _mpc,
     ("geomjax.control.trajopt", "OCPSolution"): _ocp_solution,
     ("geomjax.control", "MPCResult"): _mpc_result,
@@ -166,6 +186,13 @@ CALLS = {
     ),
     ("MPC", "iterations"): lambda kw: gj.control.MPC(gj.control.ILQR(), **{kw: 2}),
     ("fit_neural_ode", "steps"): _fit_neural_ode,
+    # a value the input checks reject, before any compilation: the message shows it arrived
+    ("fit_model", "steps"): lambda kw: _outcome(
+        lambda: gj.learn.fit_model(_pendulum_model(), [], **{kw: 0})
+    ),
+    ("fit_parameters", "max_steps"): lambda kw: _outcome(
+        lambda: gj.learn.fit_parameters(_pendulum_model(), [], "not a function", **{kw: 0})
+    ),
     ("optimize", "steps"): lambda kw: _outcome(
         lambda: gj.control.optimize(lambda p: jnp.sum(p**2), jnp.ones(2), **{kw: 0})
     ),

@@ -36,16 +36,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import top_level_options
-from .._internal.warn import warn
+from .._internal.warn import renamed, renamed_attribute, warn
 from ..integrators import LGVI, NonholonomicVI, simulate
+from ..results import ConvergenceError, Status
 from . import parameterize as P
 from .data import Trajectory, check_trajectory
 
 __all__ = ["FitError", "FitResult", "fit_parameters", "fitting_loss", "select_leaves"]
 
 
-class FitError(RuntimeError):
-    """A fit did not converge or is not identifiable (raised by :meth:`FitResult.check`)."""
+class FitError(ConvergenceError):
+    """A fit did not converge or is not identifiable (raised by :meth:`FitResult.check` and
+    :meth:`ModelFit.check <geomjax.learn.ModelFit.check>`): a
+    :class:`geomjax.results.ConvergenceError`, the error of every result's ``check()``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +79,11 @@ class FitResult:
         cost: ``½ Σ r²`` at the solution.
         converged: whether the solver met its tolerances.
         rank_ratio: smallest / largest singular value of the column-scaled Jacobian.
-        status: ``"converged"``, or a sentence saying what went wrong.
-        num_steps: solver steps taken.
+        status: :class:`geomjax.results.Status`: ``CONVERGED``; ``MAX_ITERS`` (the solver did
+            not converge within ``max_iters``), ``NONFINITE`` or ``RANK_DEFICIENT`` (the data do
+            not determine the parameters separately: reported even when the solver converged).
+        message: ``"converged"``, or a sentence saying what went wrong and what to change.
+        iterations: solver iterations taken (``num_steps`` is a deprecated alias).
     """
 
     system: object
@@ -90,13 +96,21 @@ class FitResult:
     cost: float
     converged: bool
     rank_ratio: float
-    status: str
-    num_steps: int
+    status: Status
+    message: str
+    iterations: int
+
+    num_steps = renamed_attribute("FitResult", "num_steps", "iterations")
+
+    @property
+    def stop_reason(self) -> str:
+        """The name of :attr:`status` (``"converged"``, ``"max_iters"``, ...)."""
+        return Status(self.status).reason
 
     def check(self) -> FitResult:
         """Raise :class:`FitError` unless the fit converged with a full-rank Jacobian."""
-        if self.status != "converged":
-            raise FitError(f"fit_parameters: {self.status}")
+        if self.status != Status.CONVERGED:
+            raise FitError(f"fit_parameters: {self.message}")
         return self
 
     def z_scores(self, true_values) -> tuple:
@@ -621,11 +635,12 @@ def fit_parameters(
     velocity_noise=None,
     continuity_weight: float = 1e3,
     solver=None,
-    max_steps: int = 100,
+    max_iters: int = 100,
     rtol: float = 1e-10,
     atol: float = 1e-10,
     adjoint=None,
     rank_tol: float | None = None,
+    max_steps: int | None = None,
 ) -> FitResult:
     """Fit the parameters ``where(system)`` of a system on a Lie group to recorded motions.
 
@@ -661,7 +676,9 @@ def fit_parameters(
             ``optimistix.OptaxMinimiser`` for large models).  (optimistix's own
             Levenberg–Marquardt reached the same estimate on the heavy top in 39 steps against 9,
             and compiled longer.)
-        max_steps: solver steps allowed; a fit that needs more reports it in ``status``.
+        max_iters: solver iterations allowed; a fit that needs more reports it in ``status``
+            (``Status.MAX_ITERS``).  (``max_steps`` is a deprecated alias: ``steps`` names time
+            steps.)
         adjoint: passed to :func:`~geomjax.simulate` (e.g. :class:`~geomjax.ReversibleAdjoint`
             for reverse-mode solvers on long records).
         rank_tol: the Jacobian is declared rank-deficient when the ratio of its extreme singular
@@ -673,12 +690,13 @@ def fit_parameters(
     The Levenberg–Marquardt loop is compiled once per problem *structure* (the model's
     structure, the fitted leaves' positions, kinds and shapes, the method, the records' lengths
     and grouping, ``substeps``, ``segment_length``, ``rtol``/``atol``): the data, the initial
-    guess, the noise levels and ``max_steps`` are traced arguments, and ``where`` is resolved to
+    guess, the noise levels and ``max_iters`` are traced arguments, and ``where`` is resolved to
     leaf positions, so a new fit of the same structure (other records, another ``where``
     lambda) reuses the compiled program.
     """
     import optimistix as optx
 
+    max_steps = renamed(max_iters, max_steps, "fit_parameters", "max_iters", "max_steps", 100)
     pb = fitting_problem(
         system,
         data,
@@ -760,11 +778,12 @@ def fit_parameters(
     eps = float(np.finfo(np.dtype(dtype)).eps)
     tol = math.sqrt(eps) if rank_tol is None else float(rank_tol)
     n_theta = sum(P.size(k, s) for k, s in zip(kinds, shapes))
-    status = "converged"
+    status, message = Status.CONVERGED, "converged"
     if not converged:
-        status = (
-            f"the solver did not converge ({why}) in {num_steps} of max_steps="
-            f"{max_steps} steps: raise max_steps, improve the initial guess or shorten "
+        status = Status.MAX_ITERS if np.all(np.isfinite(r_all)) else Status.NONFINITE
+        message = (
+            f"the solver did not converge ({why}) in {num_steps} of max_iters="
+            f"{max_steps} iterations: raise max_iters, improve the initial guess or shorten "
             "segment_length"
         )
     inv_sv = np.where(sv > tol * sv[0], 1.0 / np.maximum(sv, 1e-300) ** 2, 0.0)
@@ -783,7 +802,8 @@ def fit_parameters(
             "when no input is known); fix one of them or record motions under known inputs"
         )
         warn(f"fit_parameters: {msg}")
-        status = msg if status == "converged" else f"{status}; {msg}"
+        message = msg if status == Status.CONVERGED else f"{message}; {msg}"
+        status = Status.RANK_DEFICIENT if status == Status.CONVERGED else status
     # delta method: covariance of the physical leaves
     theta = unravel(flat)[0]
     n_t = sum(pb.spec.theta_sizes)
@@ -816,7 +836,8 @@ def fit_parameters(
         converged=converged,
         rank_ratio=ratio,
         status=status,
-        num_steps=num_steps,
+        message=message,
+        iterations=num_steps,
     )
 
 
@@ -876,7 +897,7 @@ def levenberg_marquardt(
     elif lam >= 1e16:
         why = "the damping grew without bound (no step lowers the cost)"
     else:
-        why = f"max_steps={max_steps} reached"
+        why = f"max_iters={max_steps} reached"
     return x, r, J, done, k, why, np.asarray(hist)[: min(k, int(history))]
 
 

@@ -29,8 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.eager import top_level_options
+from .._internal.warn import renamed
 from ..integrators.base import AbstractMethod
 from ..lie import SE3, SO3, LieGroup
+from ..results import Status
 from ..systems.nonholonomic import NonholonomicState, NonholonomicSystem
 from .identify import (
     FitError,
@@ -507,7 +509,9 @@ class ModelFit:
             Adam the relative fall of the loss over a window of steps, or a vanishing gradient;
             for Levenberg–Marquardt the Gauss–Newton decrement, the step relative to the
             unknowns, or a vanishing gradient).
-        status: ``"converged"``, or a sentence saying why not.
+        status: :class:`geomjax.results.Status`: ``CONVERGED``, ``MAX_ITERS`` (the last stage
+            ran its iterations without meeting its stopping test) or ``NONFINITE``.
+        message: ``"converged"``, or a sentence saying why not and what to change.
         iterations: optimizer steps (Adam) or Levenberg–Marquardt iterations (Jacobian
             evaluations), all stages together.
         solver: ``"adam"`` (or the ``optimizer`` given) or ``"lm"``.
@@ -519,10 +523,16 @@ class ModelFit:
     system: object
     losses: np.ndarray
     converged: bool
-    status: str
+    status: Status
+    message: str
     iterations: int
     solver: str
     unknowns: jax.Array
+
+    @property
+    def stop_reason(self) -> str:
+        """The name of :attr:`status` (``"converged"``, ``"max_iters"``, ``"nonfinite"``)."""
+        return Status(self.status).reason
 
     def __iter__(self):
         yield self.system
@@ -537,7 +547,7 @@ class ModelFit:
     def check(self) -> ModelFit:
         """Raise :class:`~geomjax.learn.FitError` unless the training converged."""
         if not self.converged:
-            raise FitError(f"fit_model: {self.status}")
+            raise FitError(f"fit_model: {self.message}")
         return self
 
 
@@ -548,7 +558,7 @@ def fit_model(
     *,
     optimizer=None,
     solver: str = "adam",
-    steps: int = 500,
+    max_iters: int = 500,
     segment_length=10,
     substeps: int = 1,
     method=None,
@@ -561,6 +571,7 @@ def fit_model(
     atol: float = 1e-10,
     ftol: float = 1e-4,
     window: int = 50,
+    steps: int | None = None,
 ) -> ModelFit:
     """Train the leaves ``where(system)`` (default :func:`neural_leaves`) through the discrete flow.
 
@@ -570,13 +581,13 @@ def fit_model(
     configurations and velocities learned with the weights, by
 
     * ``solver="adam"`` (default): ``optimizer`` (default ``optax.adam`` with a learning rate
-      decaying from 1e-2 to 5e-4) for at most ``steps`` steps.  Stopping test: a stage ends
+      decaying from 1e-2 to 5e-4) for at most ``max_iters`` steps.  Stopping test: a stage ends
       when the loss fell by at most ``ftol`` (relative, default ``1e-4``) over the last
       ``window`` steps (default 50), or the gradient vanished (``max |∇loss| ≤ atol``); the
       result is ``converged`` when the last stage met it, and its status otherwise says how much
       the loss still fell (``ftol=0``: every step runs).
     * ``solver="lm"``: Levenberg–Marquardt on the same residuals (the solver of
-      :func:`~geomjax.learn.fit_parameters`, leaves of kind ``"free"``), at most ``steps``
+      :func:`~geomjax.learn.fit_parameters`, leaves of kind ``"free"``), at most ``max_iters``
       iterations, in one compiled loop; converged when the Gauss–Newton decrement (what a full
       Gauss–Newton step would still gain) is at most ``rtol·loss + atol`` (defaults ``1e-8``,
       ``1e-10``), or a step changes the loss by at most that and the unknowns by a relative
@@ -591,10 +602,10 @@ def fit_model(
       network is rank deficient by nature: the damping keeps each step defined).
       ``optimizer`` must then be None.
 
-    ``segment_length`` may be a schedule, a sequence of ``(length, steps)`` stages, e.g.
+    ``segment_length`` may be a schedule, a sequence of ``(length, max_iters)`` stages, e.g.
     ``((2, 300), (5, 150), (10, 150))``: short segments first (each nearly linear in the
-    unknown forces), then longer ones (the long-horizon behaviour); ``steps`` is then ignored
-    (for ``"lm"`` each stage's steps are its iteration cap; convergence is that of the last
+    unknown forces), then longer ones (the long-horizon behaviour); ``max_iters`` is then
+    ignored (each stage's count is its iteration cap; convergence is that of the last
     stage).  Every stage is the same compiled program: the unknowns hold one state per sample
     interval, and a stage marks which intervals start a segment (the others continue the
     motion; their states are not used), so the segment length is data, not a shape.  Each stage
@@ -614,14 +625,15 @@ def fit_model(
         raise ValueError(f"fit_model: argument 'solver' must be 'adam' or 'lm', got {solver!r}")
     if solver == "lm" and optimizer is not None:
         raise ValueError("fit_model: argument 'optimizer' must be None with solver='lm'")
+    max_iters = renamed(max_iters, steps, "fit_model", "max_iters", "steps", 500)
     where = neural_leaves if where is None else where
     stages = (
-        [(int(segment_length), int(steps))]
+        [(int(segment_length), int(max_iters))]
         if isinstance(segment_length, int | np.integer)
         else [(int(a), int(b)) for a, b in segment_length]
     )
     if any(n < 1 for _, n in stages):
-        raise ValueError("fit_model: argument 'steps' (of every stage) must be a positive int")
+        raise ValueError("fit_model: argument 'max_iters' (of every stage) must be a positive int")
     if not (isinstance(window, int | np.integer) and window >= 1) or not float(ftol) >= 0:
         raise ValueError(
             f"fit_model: arguments 'window' (a positive int) and 'ftol' (≥ 0) got {window!r}, "
@@ -677,23 +689,17 @@ def fit_model(
                 break
     system = _put_leaves(system, where, pb.unravel(y)[0])
     if done:
-        status = "converged"
+        message = "converged"
     else:
         tail = losses[-1 - min(window, len(losses) - 1)]
-        status = (
-            f"ran its steps={total} without meeting the stopping test (the loss still fell by "
+        message = (
+            f"ran its max_iters={total} steps without meeting the stopping test (the loss still fell by "
             f"{(tail - losses[-1]) / max(abs(losses[-1]), 1e-300):.1e} relative over the last "
-            f"{min(window, len(losses) - 1)} steps, more than ftol={ftol:g}): raise the steps, "
+            f"{min(window, len(losses) - 1)} steps, more than ftol={ftol:g}): raise max_iters, "
             "or use solver='lm'"
         )
-    return ModelFit(
-        system,
-        np.asarray(losses),
-        done,
-        status,
-        iterations,
-        name,
-        _stage_unknowns(pb, y, stages[-1][0]),
+    return _model_fit(
+        system, losses, done, message, iterations, name, _stage_unknowns(pb, y, stages[-1][0])
     )
 
 
@@ -801,14 +807,30 @@ def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol):
             if callback is not None:
                 callback(len(losses) - 1, losses[-1])
     system = _put_leaves(system, where, pb.unravel(y)[0])
-    status = (
+    message = (
         "converged"
         if done
         else f"the Levenberg–Marquardt solve did not converge ({why}) in {k} iterations of the "
-        f"last stage (segment length {length}): raise its steps, or rtol"
+        f"last stage (segment length {length}): raise its max_iters, or rtol"
     )
+    return _model_fit(
+        system, losses, done, message, iterations, "lm", _stage_unknowns(pb, y, length)
+    )
+
+
+def _model_fit(system, losses, done, message, iterations, solver, unknowns) -> ModelFit:
+    """The result, its status from the stopping test and the losses' finiteness."""
+    losses = np.asarray(losses)
+    finite = bool(np.all(np.isfinite(losses)))
+    status = Status.CONVERGED if done and finite else Status.MAX_ITERS
+    if not finite:
+        status = Status.NONFINITE
+        message = (
+            "the loss became NaN or inf: lower the learning rate, shorten segment_length or "
+            "check the model at the records' states"
+        )
     return ModelFit(
-        system, np.asarray(losses), done, status, iterations, "lm", _stage_unknowns(pb, y, length)
+        system, losses, status == Status.CONVERGED, status, message, iterations, solver, unknowns
     )
 
 

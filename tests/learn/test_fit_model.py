@@ -20,6 +20,7 @@ from geomjax.learn import (
     neural_leaves,
 )
 from geomjax.learn.problems import PENDULUM, pendulum_records
+from geomjax.results import Status
 
 KW = dict(segment_length=5, noise=1e-3)  # records of 11 samples: two segments
 
@@ -68,7 +69,7 @@ SCHEDULE = ((2, 6), (5, 6))
 @pytest.fixture(scope="module")
 def fitted():
     data = own_records(teacher())
-    lm = fit_model(student(), data, solver="lm", steps=100, **KW)
+    lm = fit_model(student(), data, solver="lm", max_iters=100, **KW)
     adam = fit_model(student(), data, noise=1e-3, segment_length=SCHEDULE, ftol=0.0)
     return data, lm, adam
 
@@ -98,7 +99,9 @@ def test_lm_reaches_a_stationary_point_below_adam(fitted):
     # Adam's last stage has the same segments: the same loss, and LM's optimum is below
     assert lm.losses[-1] <= min(adam.losses[-1], float(loss(adam.unknowns)))
     # the cap stopped it; it says so
-    assert not lm.converged and "max_steps=100 reached" in lm.status
+    assert (
+        not lm.converged and "max_iters=100 reached" in lm.message and lm.stop_reason == "max_iters"
+    )
     with pytest.raises(FitError, match="did not converge"):
         lm.check()
     system, losses = lm  # existing callers unpack (system, losses)
@@ -156,8 +159,9 @@ def test_one_program_schedule_equals_the_staged_fits(fitted):
     np.testing.assert_allclose(adam.losses[:6], ref[:6], rtol=1e-12)
     np.testing.assert_allclose(adam.losses, ref, rtol=1e-6)  # round-off, amplified (above)
     np.testing.assert_allclose(adam.unknowns, y_ref, rtol=1e-5, atol=1e-8)
-    assert not adam.converged and "without meeting the stopping test" in adam.status
-    with pytest.raises(FitError, match="fit_model: ran its steps=12"):
+    assert not adam.converged and "without meeting the stopping test" in adam.message
+    assert adam.status == Status.MAX_ITERS
+    with pytest.raises(FitError, match="fit_model: ran its max_iters=12 steps"):
         adam.check()
 
 
@@ -166,7 +170,7 @@ def test_adams_stopping_test(fitted):
     # a loose test stops each stage once the loss falls by at most 90 % of itself over 2 steps
     # (the same program as the fixture's: the same structure and schedule)
     out = fit_model(student(), data, noise=1e-3, segment_length=SCHEDULE, ftol=0.9, window=2)
-    assert out.converged and out.status == "converged" and out.check() is out
+    assert out.converged and out.status == Status.CONVERGED and out.check() is out
     assert out.iterations < 12 and out.losses.size == out.iterations
     assert out.losses[-3] - out.losses[-1] <= 0.9 * out.losses[-1]
     # until it stopped, the same steps as the run without a stopping test
@@ -179,5 +183,5 @@ def test_bad_solver_arguments_named():
         fit_model(student(), data, solver="bfgs")
     with pytest.raises(ValueError, match="'optimizer'"):
         fit_model(student(), data, solver="lm", optimizer=object())
-    with pytest.raises(ValueError, match="'steps'"):
-        fit_model(student(), data, solver="lm", steps=0)
+    with pytest.raises(ValueError, match="'max_iters'"):
+        fit_model(student(), data, solver="lm", max_iters=0)

@@ -13,6 +13,7 @@ import pytest
 import geomjax as gj
 from geomjax.learn import FitError, Trajectory, fit_parameters, fitting_loss, identify
 from geomjax.learn.reference import noisy, so3_reference
+from geomjax.results import Status
 
 I_TRUE = np.array([[1.0, 0.05, 0.02], [0.05, 1.4, -0.03], [0.02, -0.03, 1.9]])
 RHO_TRUE = np.array([0.02, -0.01, 0.3])
@@ -83,8 +84,8 @@ def test_rank_deficiency_is_reported():
     recs = clean_records(1, 21, torque=0.0, seed=4)
     data = [Trajectory(ts, R) for ts, R, _, _ in recs]
     with pytest.warns(UserWarning, match=r"rank-deficient.*\.inertia.*\.potential\.rho"):
-        res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_steps=30)
-    assert "rank-deficient" in res.status
+        res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=30)
+    assert "rank-deficient" in res.message and res.status == Status.RANK_DEFICIENT
     with pytest.raises(FitError, match="rank-deficient"):
         res.check()
 
@@ -125,9 +126,10 @@ def test_non_convergence_is_visible(small):
     data = Trajectory(ts[:21], R[:21], controls=u[:20])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_steps=1)
+        res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=1)
     assert not res.converged
-    assert "did not converge" in res.status and "max_steps" in res.status
+    assert "did not converge" in res.message and "max_iters" in res.message
+    assert res.status == Status.MAX_ITERS and res.stop_reason == "max_iters"
     with pytest.raises(FitError, match="did not converge"):
         res.check()
 

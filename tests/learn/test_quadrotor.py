@@ -12,6 +12,7 @@ from geomjax.learn import Trajectory, fit_parameters
 from geomjax.learn.problems import QUADROTOR_TRUTH as T
 from geomjax.learn.problems import QuadrotorModel, quadrotor_records
 from geomjax.learn.reference import se3_reference
+from geomjax.results import Status
 
 WHERE = lambda q: (q.mass, q.inertia, q.moment_coefficient)  # noqa: E731
 KINDS = ("positive", "spd", "positive")
@@ -111,10 +112,10 @@ def test_torque_scale_is_reported_unidentifiable():
             substeps=2,
             noise=1e-3,
             velocity_noise=1e-2,
-            max_steps=20,
+            max_iters=20,
             rank_tol=1e-4,
         )
-    assert "rank-deficient" in res.status
+    assert "rank-deficient" in res.message and res.status == Status.RANK_DEFICIENT
     assert res.rank_ratio < 1e-6
 
 
