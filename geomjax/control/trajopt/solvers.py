@@ -106,8 +106,17 @@ class AbstractDDPSolver(AbstractOCPSolver):
             1e-10 in float64, 1e-5 in float32 (:func:`default_tol`).  The ``repr`` shows only
             the fields set away from their defaults, so ``ILQR()`` prints without ``tol``.
         reg_init, reg_min, reg_max, reg_factor: Levenberg–Marquardt regularization of ``Q_uu``
-            (raised by ``reg_factor`` when a backward pass fails or no step length is accepted,
-            lowered after a step of length ``> ½``).
+            (raised by ``reg_factor`` when a backward pass fails, when no step length is
+            accepted or when the accepted one is shorter than ``short_step``; lowered after a
+            step of length ``> ½``).
+        short_step: an accepted step shorter than this raises the regularization (default
+            1/16; 0 gives crocoddyl's schedule, which raises it only on a failed search).  A step
+            that short says the model's minimizer lies far outside where the model holds: with
+            a nearly singular ``Q_uu`` (the quadrotor's control weight is 1e-6) and the
+            regularization at its floor, the feedback gains reach ~1e3, the rollout of ``α =
+            1`` leaves the box by 1e3 N, and crocoddyl's schedule keeps accepting steps of
+            ``α ≈ 1/64`` without ever raising ``reg`` (bounded quadrotor to ``(2, 1, 1.5)``,
+            iterations 3–40).
         line_steps: step lengths ``1, ½, …, 2^{1−line_steps}``.
         accept: a step is accepted when the cost decrease is ``≥ accept ×`` the expected one.
         accept_increase: while gaps remain, a predicted increase may be exceeded by this factor.
@@ -134,6 +143,7 @@ class AbstractDDPSolver(AbstractOCPSolver):
     accept: float = 0.1
     accept_increase: float = 2.0
     qp_iters: int = eqx.field(static=True, default=20)
+    short_step: float = 0.0625
 
     def init(self, problem, xs, us, feasible, max_iters: int, duals=None, k=None) -> DDPState:
         """Also: ``duals``, the augmented-Lagrangian multipliers and penalty held fixed during
@@ -285,15 +295,18 @@ class AbstractDDPSolver(AbstractOCPSolver):
 
     def update_regularization(self, reg, trial: Trial, converged):
         """The Levenberg–Marquardt schedule after the line search (crocoddyl's
-        ``decreaseRegularization`` / ``increaseRegularization``): ``reg ← max(reg / reg_factor,
-        reg_min)`` after an accepted step longer than ½, ``reg ← reg · reg_factor`` when no step
-        was accepted (and the iterate has not converged), else unchanged."""
+        ``decreaseRegularization`` / ``increaseRegularization``, plus the short-step rule):
+        ``reg ← max(reg / reg_factor, reg_min)`` after an accepted step longer than ½, ``reg ←
+        min(reg · reg_factor, reg_max)`` when no step was accepted (and the iterate has not
+        converged) or the accepted one is shorter than ``short_step``, else unchanged."""
         reg1 = jnp.where(
             trial.accepted & (trial.alpha > 0.5),
             jnp.maximum(reg / self.reg_factor, self.reg_min),
             reg,
         )
-        return jnp.where(~trial.accepted & ~converged, reg1 * self.reg_factor, reg1)
+        short = trial.accepted & (trial.alpha < self.short_step)
+        raise_ = (~trial.accepted & ~converged) | short
+        return jnp.where(raise_, jnp.minimum(reg1 * self.reg_factor, self.reg_max), reg1)
 
 
 class ILQR(AbstractDDPSolver):
