@@ -114,9 +114,10 @@ def _log_se3(ca, R, p):
     return ca.vertcat(w, (ca.DM.eye(3) - K / 2 + D * (K @ K)) @ p)
 
 
-def model_functions(ca):
+def model_functions(ca, target=TARGET):
     """CasADi functions of the quadrotor: ``step(R, p, μ, u) -> (R, p, μ)``, the running residual
-    ``r(R, p, μ, u)`` (22) and the terminal residual ``r_N(R, p)`` (6)."""
+    ``r(R, p, μ, u)`` (22) and the terminal residual ``r_N(R, p)`` (6), to the pose ``(I,
+    target)``."""
     c = QUADROTOR
     m, J, h, grav = c["mass"], np.asarray(c["inertia"]), c["dt"], c["gravity"]
     Bu = np.asarray(quadrotor_actuation())
@@ -132,7 +133,7 @@ def model_functions(ca):
     mu1 = mus + h * dmu
     dR, dp = _exp_se3(ca, h * mu1 / inertia)
     step = ca.Function("step", [Rs, ps, mus, us], [Rs @ dR, ps + Rs @ dp, mu1])
-    target = np.asarray(TARGET)
+    target = np.asarray(target, float)
     # log(g*⁻¹ g) with g* = (I, target): (R, p − target)
     run = ca.vertcat(_log_se3(ca, Rs, ps), xi, us, _log_se3(ca, Rs, ps - target))
     running = ca.Function("running", [Rs, ps, mus, us], [run])
@@ -221,8 +222,8 @@ def build_nlp(ca, step, running, terminal, form, bounded):
     return solver, args, lambda zopt: np.asarray(zopt)[: 4 * N].reshape(N, 4)
 
 
-def solve_ipopt(ca, form, bounded, repeats):
-    step, running, terminal = model_functions(ca)
+def solve_ipopt(ca, form, bounded, repeats, target=TARGET):
+    step, running, terminal = model_functions(ca, target)
     t0 = time.perf_counter()
     solver, args, unpack = build_nlp(ca, step, running, terminal, form, bounded)
     build = time.perf_counter() - t0

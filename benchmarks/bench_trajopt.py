@@ -24,7 +24,12 @@ crocoddyl.
 (e) quadrotor problems under ``vmap`` (:func:`batch_speed_rows`): targets uniform within ±1 m of
     (1, 0, 1), problems per second at batch 1, 64, 256, 1024 (``--fast``: 1, 8, 32) against the
     same problems solved one after another, and how many converged (baseline as in (d)).
-    ``--no-speed``: (a)–(c) only.
+    ``--no-speed``: (a)–(c) and (f) only.
+(f) ``random-targets``: the bounded quadrotor (thrusts in [0.1, 5]) to 20 held-out targets within
+    2 m of the origin (seed 0; ``--fast``: 5): iterations, status and cost of iLQR, DDP, IPOPT
+    (CasADi, when importable) and crocoddyl's BoxFDDP (imported in this process when available,
+    e.g. run with a Python that has crocoddyl; skipped otherwise), and per solver the median and
+    largest iteration count.  ``--random-targets-only``: (f) alone.
 Table + JSON (``benchmarks/results/bench_trajopt.json``), and a plot of the cost against wall
 time per solver for (a) and (b) (``benchmarks/results/bench_trajopt.png``).
 """
@@ -108,6 +113,188 @@ def crocoddyl_quadrotor(bounded=False):
     except Exception as e:  # optional baseline
         print("crocoddyl baseline failed:", e)
         return None
+
+
+def random_targets(count=20, seed=0, radius=2.0):
+    """``count`` targets uniform in the ball of ``radius`` m about the origin (rejection sampling
+    from the cube, ``numpy.random.default_rng(seed)``): the held-out targets of the bounded
+    quadrotor (section (f) and the solver's tests)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        v = rng.uniform(-radius, radius, 3)
+        if np.linalg.norm(v) <= radius:
+            out.append(tuple(float(a) for a in v))
+    return out
+
+
+def _crocoddyl_module():
+    try:
+        import crocoddyl
+        import example_robot_data  # noqa: F401
+        import pinocchio  # noqa: F401
+    except ImportError:
+        return None
+    return crocoddyl
+
+
+def crocoddyl_box_fddp(target, max_iters=200):
+    """crocoddyl's bounded quadrotor (``quadrotor_ubound.py``: thrusts in [0.1, 5]) to the pose
+    ``(I, target)`` solved by ``SolverBoxFDDP`` from zero controls in THIS process (the peer timed
+    beside geomjax, rounds interleaved by the caller); None when crocoddyl is not importable."""
+    crocoddyl = _crocoddyl_module()
+    if crocoddyl is None:
+        return None
+    import example_robot_data
+    import pinocchio
+
+    hector = example_robot_data.load("hector")
+    model = hector.model
+    state = crocoddyl.StateMultibody(model)
+    d_cog, cf, cm = 0.1525, 6.6e-5, 1e-6
+
+    def place(x, y):
+        return pinocchio.SE3(np.eye(3), np.array([x, y, 0.0]))
+
+    ccw, cw = crocoddyl.ThrusterType.CCW, crocoddyl.ThrusterType.CW
+    ps = [
+        crocoddyl.Thruster(place(d_cog, 0), cm / cf, ccw),
+        crocoddyl.Thruster(place(0, d_cog), cm / cf, cw),
+        crocoddyl.Thruster(place(-d_cog, 0), cm / cf, ccw),
+        crocoddyl.Thruster(place(0, -d_cog), cm / cf, cw),
+    ]
+    act = crocoddyl.ActuationModelFloatingBaseThrusters(state, ps)
+    nu = act.nu
+    run, term = crocoddyl.CostModelSum(state, nu), crocoddyl.CostModelSum(state, nu)
+    w = np.array([0.1] * 3 + [1000.0] * 3 + [1000.0] * model.nv)
+    xreg = crocoddyl.CostModelResidual(
+        state,
+        crocoddyl.ActivationModelWeightedQuad(w),
+        crocoddyl.ResidualModelState(state, state.zero(), nu),
+    )
+    ureg = crocoddyl.CostModelResidual(state, crocoddyl.ResidualModelControl(state, nu))
+    pose = pinocchio.SE3(np.eye(3), np.asarray(target, float))
+    frame = model.getFrameId("base_link")
+    goal = crocoddyl.CostModelResidual(
+        state, crocoddyl.ResidualModelFramePlacement(state, frame, pose, nu)
+    )
+    run.addCost("xReg", xreg, 1e-6)
+    run.addCost("uReg", ureg, 1e-6)
+    run.addCost("trackPose", goal, 1e-2)
+    term.addCost("goalPose", goal, 3.0)
+
+    def integrated(costs):
+        dam = crocoddyl.DifferentialActionModelFreeFwdDynamics(state, act, costs)
+        return crocoddyl.IntegratedActionModelEuler(dam, 3e-2)
+
+    running, terminal = integrated(run), integrated(term)
+    running.u_lb, running.u_ub = np.full(4, 0.1), np.full(4, 5.0)
+    x0 = np.concatenate([hector.q0, np.zeros(state.nv)])
+    problem = crocoddyl.ShootingProblem(x0, [running] * 33, terminal)
+    solver = crocoddyl.SolverBoxFDDP(problem)
+    t0 = time.perf_counter()
+    solver.solve([], [], max_iters)
+    wall = time.perf_counter() - t0
+    return dict(cost=float(solver.cost), iterations=int(solver.iter), wall_s=wall)
+
+
+def _ipopt_target(target):
+    """IPOPT (CasADi, exact Hessian, multiple shooting; benchmarks/bench_casadi.py) on the bounded
+    quadrotor to ``target``; None without casadi."""
+    try:
+        import casadi
+    except ImportError:
+        return None
+    sys.path.insert(0, str(_HERE))
+    import bench_casadi
+
+    out = bench_casadi.solve_ipopt(casadi, "multiple shooting", True, 1, target=target)
+    return dict(
+        cost=out["cost"],
+        iterations=out["iterations"],
+        status="converged" if out["success"] else out["status"],
+        wall_s=out["ms_per_solve"] / 1e3,
+    )
+
+
+#: a target on which the solvers once stalled (iLQR 1000 iterations without converging): a row of
+#: (f) of its own, left out of the summary
+REPORTED_TARGET = (2.0, 1.0, 1.5)
+
+
+def random_target_rows(fast, count=None):
+    """(f) the bounded quadrotor (thrusts in [0.1, 5]) to :data:`REPORTED_TARGET` and to held-out
+    targets (:func:`random_targets`, seed 0, within 2 m), each solved by geomjax's iLQR and DDP (one
+    compiled program per solver, every target reusing it), IPOPT (CasADi) and crocoddyl's
+    BoxFDDP, in this process, the peers interleaved with geomjax target by target.  Rows:
+    target, solver, status, iterations, cost."""
+    count = count or (5 if fast else 20)
+    solvers = [("ILQR", ILQR()), ("DDP", DDP())]
+    runs = {name: jax.jit(lambda p, s=s: solve_ocp(p, s, max_iters=300)) for name, s in solvers}
+    rows = []
+    cases = [("reported", REPORTED_TARGET)] + [
+        (f"#{i}", t) for i, t in enumerate(random_targets(count))
+    ]
+    for tag, target in cases:
+        prob = quadrotor_problem(bounded=True, target=target)
+        label = f"{tag} ({target[0]:+.2f}, {target[1]:+.2f}, {target[2]:+.2f})"
+        for name, run in runs.items():
+            sol = run(prob)
+            rows.append(
+                dict(
+                    target=label,
+                    solver=name,
+                    status=sol.stop_reason,
+                    iterations=int(sol.iterations),
+                    cost=float(sol.cost),
+                )
+            )
+        for name, peer in (("IPOPT", _ipopt_target), ("BoxFDDP", crocoddyl_box_fddp)):
+            out = peer(target)
+            if out is not None:
+                rows.append(
+                    dict(
+                        target=label,
+                        solver=name,
+                        status=out.get("status", "-"),
+                        iterations=out["iterations"],
+                        cost=out["cost"],
+                    )
+                )
+    return rows
+
+
+def random_target_summary(rows):
+    """Per solver, over the random targets: median and largest iteration count, how many
+    converged, and on how many targets its cost is ≤ min(IPOPT, BoxFDDP) (1e-9 relative slack) where a peer ran."""
+    rows = [r for r in rows if r["target"].startswith("#")]  # the random targets only
+    by = {}
+    for r in rows:
+        by.setdefault(r["target"], {})[r["solver"]] = r
+    out = []
+    for name in sorted({r["solver"] for r in rows}):
+        mine = [r for r in rows if r["solver"] == name]
+        its = [r["iterations"] for r in mine]
+        best = 0
+        compared = 0
+        for r in mine:
+            peers = [
+                by[r["target"]][p]["cost"] for p in ("IPOPT", "BoxFDDP") if p in by[r["target"]]
+            ]
+            if peers:
+                compared += 1
+                best += r["cost"] <= min(peers) * (1 + 1e-9)
+        out.append(
+            dict(
+                solver=name,
+                median_iterations=float(np.median(its)),
+                max_iterations=max(its),
+                converged=sum(r["status"] == "converged" for r in mine),
+                targets=len(mine),
+                cost_le_peers=f"{best}/{compared}",
+            )
+        )
+    return out
 
 
 def _timed_solve(prob, solver, max_iters, repeats=5, fast_iterations=False):
@@ -500,6 +687,13 @@ def main(argv=None):
     if "--speed-only" in argv or "--batch-only" in argv:  # (d) and (e) alone, or (e)
         _speed_main(fast, argv)
         return
+    if "--random-targets-only" in argv:  # (f) alone
+        trows = random_target_rows(fast)
+        print_table(trows, ["target", "solver", "status", "iterations", "cost"], "(f)")
+        tsum = random_target_summary(trows)
+        print_table(tsum, list(tsum[0]), "(f) summary")
+        write_json("bench_trajopt_random_targets", dict(rows=trows, summary=tsum))
+        return
     load_start = os.getloadavg()
     cols = [
         "problem",
@@ -519,13 +713,28 @@ def main(argv=None):
     print_table(
         brows, ["mode", "problems_per_s", "converged", "compile_s"], "(c) batched attitude problems"
     )
+    trows = random_target_rows(fast)
+    print_table(
+        trows,
+        ["target", "solver", "status", "iterations", "cost"],
+        "(f) bounded quadrotor, held-out targets",
+    )
+    tsum = random_target_summary(trows)
+    print_table(tsum, list(tsum[0]), "(f) summary")
     # a shared machine: the load average (1, 5, 15 min) at the start and end of the run; the
     # ratios within one run are what to compare
     load = dict(start=load_start, end=os.getloadavg())
     print("load average (1, 5, 15 min): start", load["start"], "end", load["end"])
     write_json(
         "bench_trajopt",
-        dict(quadrotor=qrows, attitude=arows, batch=brows, load_average=load, curves=CURVES),
+        dict(
+            quadrotor=qrows,
+            attitude=arows,
+            batch=brows,
+            random_targets=dict(rows=trows, summary=tsum),
+            load_average=load,
+            curves=CURVES,
+        ),
     )
     plot_curves(Path(__file__).resolve().parent / "results" / "bench_trajopt.png")
     if "--no-speed" not in argv:  # (d), (e): a fresh process per measurement (long)

@@ -6,7 +6,24 @@ Its algebra is small and fixed-size (``n + m ≲ 20``) and runs once per node in
 operations, not the flops.  So the ``m × m`` factorizations and solves are unrolled
 (:func:`geomjax._linalg.small_cholesky`, no LAPACK call per node), the quadratic model of a node is
 two products with the stacked Jacobian ``[A B]``, and the box QP stops once its active set has
-settled (a ``while`` with the iteration cap, the same iterates as running all of them)."""
+settled (a ``while`` with the iteration cap, the same iterates as running all of them).
+
+Feedback at a bound.  The forward pass clips ``u = clip(ū + α k + K (x ⊖ x̄))``.  The box QP
+releases a control that sits at a bound when its feedforward points into the box (``k_i`` inward),
+and crocoddyl's ``SolverBoxDDP`` then gives it a feedback row like any free control.  But the
+deviations ``x ⊖ x̄`` of the rollout are themselves ``O(α)``, so ``K_i (x ⊖ x̄)`` and ``α k_i`` shrink
+together: when the feedback pushes outward by more than the feedforward pulls in, the control is
+clipped back onto its bound at EVERY step length, the rollout leaves the model at first order in
+``α``, and the ratio of actual to predicted decrease does not tend to 1 as ``α → 0``.  On the
+bounded quadrotor to ``(2, 1, 1.5)`` this was the slow tail: from iteration ~50 to the cap of 1000
+the line search rejected every ``α ≥ 2⁻⁹`` (actual/predicted from −1464 at ``α = 1`` to −0.6 at
+``α = 2⁻⁹``, four released controls at the upper bound with ``K_i dx > α|k_i|``), the
+regularization rose, the next step was tiny, and so on.  (Interior controls pushed over a bound
+by the feedback are no such trap: below some ``α`` they stay inside, and the model holds.)  The
+fix: the feedback rows of controls at a bound at ``ū`` are zero (they move by ``α k_i`` only,
+inward, never clipped), and the other free rows' gains are the model's minimizer with those rows
+held.  ``V_x``, ``V_xx`` and the expected improvement are the policy's own for any ``K``, so the
+model stays consistent."""
 
 from __future__ import annotations
 
@@ -87,7 +104,8 @@ class BackwardPass(eqx.Module):
     pieces of ``expectedImprovement``), each with a leading axis ``(steps,)``.
 
     Fields:
-        K: feedback gains ``(steps, m, n)`` (zero rows on the controls clamped by the box QP).
+        K: feedback gains ``(steps, m, n)`` (zero rows on the controls clamped by the box QP and
+            on those at a bound at ``ū``, see the module docstring).
         k: feedforward ``(steps, m)``, the box QP's minimizer.
         Vx, Vxx: value gradient ``(steps, n)`` and Hessian ``(steps, n, n)`` of nodes
             ``0 … steps − 1`` (the terminal ones are :class:`.linearize.Linearization`'s).
@@ -156,8 +174,15 @@ def backward_pass(problem, solver, lin: Linearization, xs, us, k_prev, reg) -> B
             kff, free, L, ok = box_qp(
                 Hr, Qu, problem.lower - u, problem.upper - u, kp, solver.qp_iters
             )
-            rhs = jnp.where(free[:, None], Qux, 0.0)
-            K = jnp.where(free[:, None], -_cho_solve(L, rhs), 0.0)
+            # feedback only on the controls free in the QP AND strictly inside the box at ū
+            # (module docstring, "feedback at a bound"): a control at a bound that the QP
+            # releases moves by its feedforward alone, so that the clipped rollout follows the
+            # model to first order in α.  K is the minimizer of the model with those rows held:
+            # the free-and-inside block of Q_uu + reg I factorized on its own.
+            fb = free & (u > problem.lower) & (u < problem.upper)
+            Lfb = _cholesky(jnp.where(fb[:, None] & fb[None, :], Hr, eye))
+            rhs = jnp.where(fb[:, None], Qux, 0.0)
+            K = jnp.where(fb[:, None], -_cho_solve(Lfb, rhs), 0.0)
         else:
             L = _cholesky(Hr)
             ok = jnp.all(jnp.isfinite(L))
