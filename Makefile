@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(VENV)/bin/geomjax demo
 
 test: $(STAMP) lint
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 # the long tier (CI runs it after `make test`): the checks marked slow at full size, and those
 # marked long (end-to-end runs, the notebooks, checks that compile for ~10 s or more)
