@@ -266,18 +266,26 @@ def _build(model, theta, spec):
     return _put(model, spec.positions, vals), vals
 
 
-def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
-    """Data and continuity residuals (see the module docstring); a pure function of its
-    arguments (no closure), so one compiled program serves every fit of the same structure."""
+def _unknowns_and_dynamics(flat, spec, model, method):
+    """``(deltas, xis, system, method, B)``: the segments' unknown configuration offsets and
+    velocities, and the system and method built from the fitted leaves; ``B`` the actuation
+    matrix of an :class:`~geomjax.control.trajopt.Actuated` method (``simulate`` takes body
+    forces, so the actuator commands are mapped by the caller, ``B u`` held on each interval as
+    the method does) with ``method`` its inner method, else None."""
     theta, deltas, xis = _unravel(flat, spec)
     mod, _ = _build(model, theta, spec)
     sys, meth = dynamics_of(mod, method)
-    G = sys.group
     B = None
     if isinstance(getattr(meth, "matrix", None), jax.Array) and hasattr(meth, "method"):
-        # an actuation matrix (geomjax.control.trajopt.Actuated): simulate takes body forces,
-        # so the actuator commands are mapped here (B u held on each interval, as the method)
         B, meth = meth.matrix, meth.method
+    return deltas, xis, sys, meth, B
+
+
+def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
+    """Data and continuity residuals (see the module docstring); a pure function of its
+    arguments (no closure), so one compiled program serves every fit of the same structure."""
+    deltas, xis, sys, meth, B = _unknowns_and_dynamics(flat, spec, model, method)
+    G = sys.group
     substeps = spec.substeps
     data_r, cont_r = [], []
     for tab, delta, xi0 in zip(tables, deltas, xis, strict=True):
@@ -331,13 +339,8 @@ def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, ta
     continues.  With ``starts = arange(N − 1) % L == 0`` the residuals are those of segment
     length ``L`` (the unknowns of the other intervals have no effect), so every segment length
     of a schedule is one program."""
-    theta, deltas, xis = _unravel(flat, spec)
-    mod, _ = _build(model, theta, spec)
-    sys, meth = dynamics_of(mod, method)
+    deltas, xis, sys, meth, B = _unknowns_and_dynamics(flat, spec, model, method)
     G = sys.group
-    B = None
-    if isinstance(getattr(meth, "matrix", None), jax.Array) and hasattr(meth, "method"):
-        B, meth = meth.matrix, meth.method
     substeps = spec.substeps
     data_r, cont_r = [], []
     for tab, delta, xi0, st in zip(tables, deltas, xis, starts, strict=True):
