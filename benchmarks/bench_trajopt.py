@@ -26,7 +26,7 @@ crocoddyl.
     same problems solved one after another, and how many converged (baseline as in (d)).
     ``--no-speed``: (a)–(c) and (f) only.
 (f) ``random-targets``: the bounded quadrotor (thrusts in [0.1, 5]) to 20 held-out targets within
-    2 m of the origin (seed 0; ``--fast``: 5): iterations, status and cost of iLQR, DDP, IPOPT
+    2 m of the origin (generator seeded with 0; ``--fast``: 5): iterations, status and cost of iLQR, DDP, IPOPT
     (CasADi, when importable) and crocoddyl's BoxFDDP (imported in this process when available,
     e.g. run with a Python that has crocoddyl; skipped otherwise), and per solver the median and
     largest iteration count.  ``--random-targets-only``: (f) alone.
@@ -224,7 +224,7 @@ REPORTED_TARGET = (2.0, 1.0, 1.5)
 
 def random_target_rows(fast, count=None):
     """(f) the bounded quadrotor (thrusts in [0.1, 5]) to :data:`REPORTED_TARGET` and to held-out
-    targets (:func:`random_targets`, seed 0, within 2 m), each solved by geomjax's iLQR and DDP (one
+    targets (:func:`random_targets` seeded with 0, within 2 m), each solved by geomjax's iLQR and DDP (one
     compiled program per solver, every target reusing it), IPOPT (CasADi) and crocoddyl's
     BoxFDDP, in this process, the peers interleaved with geomjax target by target.  Rows:
     target, solver, status, iterations, cost."""

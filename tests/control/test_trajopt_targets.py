@@ -6,8 +6,8 @@ benchmarks/bench_casadi.py) where casadi is installed.  The default tier solves 
 with iLQR; the long tier twenty with iLQR and DDP, and also bounds the iteration counts.
 
 The targets are drawn uniformly in the ball of 2 m about the origin (the generator of
-benchmarks/bench_trajopt.py's ``random-targets`` section, seed 0 there and in the long tier;
-the default tier draws from seed 1)."""
+benchmarks/bench_trajopt.py's ``random-targets`` section, generator seeded with 0 there and in the long tier;
+the default tier seeds it with 1)."""
 
 import importlib
 from pathlib import Path
