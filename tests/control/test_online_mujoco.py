@@ -119,6 +119,10 @@ def test_online_mpc_flies_mujoco_quadrotor_there_and_back(monkeypatch):
     # every thrust within crocoddyl's limits; hovering, they hold MuJoCo's weight (1.1 m g)
     assert r["thrusts"].min() >= QUADROTOR["thrust_min"] - 1e-9
     assert r["thrusts"].max() <= QUADROTOR["thrust_max"] + 1e-9
+    # the impulse over the last 0.5 s, at rest at both ends: the mean thrust holds the weight
+    # (one tick's thrusts chatter by ~10 % about it; |Δv| < 0.05 m/s over the window bounds the
+    # imbalance by 1.1 m · 0.05 / 0.5 ≈ 0.16 N, 1 % of the weight)
     weight = r["mass"][1] * QUADROTOR["gravity"]
-    assert r["thrusts"][-1].sum() == pytest.approx(weight, rel=5e-3)
+    last = r["thrusts"][-int(round(0.5 / 0.03)) :].sum(1)
+    assert last.mean() == pytest.approx(weight, rel=0.02)
     assert (r["status"][1:] <= 1).all()  # no failed solve (the cap is normal in MPC)

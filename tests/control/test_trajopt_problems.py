@@ -144,11 +144,11 @@ def test_cartpole_swing_up_bounded_resimulated_by_dop853():
     prob = _cartpole()
     # the swing-up from rest is strongly nonlinear and iLQR's tail linear (Gauss–Newton): inner
     # solves stopped at an expected improvement of 1e-4 (1 + J) reach the exact target (the outer
-    # loop sets the violation) in 46 iterations (measured; 102 with 1e-6), at a cost 0.1 % above
-    # the optimum
+    # loop sets the violation) in 51 iterations (measured; 46 before controls at a bound lost
+    # their feedback rows; 102 with 1e-6), at a cost 0.1 % above the optimum
     sol = solve_ocp(prob, _al(1e4, tol=1e-4), max_iters=20, progress=False)
     assert sol.stop_reason == "converged", sol.message
-    assert float(sol.violation) <= 1e-6 and int(sol.iterations) <= 50
+    assert float(sol.violation) <= 1e-6 and int(sol.iterations) <= 60
     us = np.asarray(sol.controls)
     assert np.abs(us).max() <= FMAX  # exactly: the forward pass clips
     assert np.sum(np.abs(us) == FMAX) >= 1, "the force bound should be active"

@@ -101,10 +101,11 @@ class AbstractDDPSolver(AbstractOCPSolver):
 
     Fields:
         tol: stop once the iterate is feasible (no gaps) and the expected improvement of a full
-            step ``|d₁ + d₂/2|`` is ``≤ tol · (1 + |J|)`` (``J`` the current cost) under a
-            regularization at most ``reg_min · reg_factor`` or one that a lower one failed to
-            factorize (the expected improvement shrinks as ``g²/(λ + reg)``: under a raised
-            ``reg`` the test passes early along flat directions): status 0, ``"converged"``.  ``None`` (the default) means the default of the problem's dtype:
+            step ``|d₁ + d₂/2|`` is ``≤ tol · (1 + |J|)`` (``J`` the current cost): status 0,
+            ``"converged"``.  (The expected improvement shrinks as ``g²/(λ + reg)``: under a
+            raised ``reg`` the test can pass early along flat directions; requiring ``reg`` near
+            its floor as well was tried and cost smooth problems iterations: DDP 9 → 12 on the
+            attitude problem, above iLQR's.)  ``None`` (the default) means the default of the problem's dtype:
             1e-10 in float64, 1e-5 in float32 (:func:`default_tol`).  The ``repr`` shows only
             the fields set away from their defaults, so ``ILQR()`` prints without ``tol``.
         reg_init, reg_min, reg_max, reg_factor: Levenberg–Marquardt regularization of ``Q_uu``
@@ -527,11 +528,6 @@ def _ddp_step(solver: AbstractDDPSolver, problem, s: DDPState) -> DDPState:
     reg, direction = solver.compute_direction(problem, s, lin)
     improvement = solver.expected_improvement(problem, lin, direction)
     stop, converged = solver.stopping_criterion(problem, s, improvement, direction)
-    # the expected improvement shrinks with the regularization (g²/(λ + reg) along a direction of
-    # curvature λ): a test passed under a raised reg is only trusted once reg is back near its
-    # floor, or when this backward pass had to raise it (a lower reg fails); otherwise the step
-    # is taken, which lowers reg, and the test is read again
-    converged = converged & ((reg <= solver.reg_min * solver.reg_factor) | (reg > s.reg))
     trial = solver.line_search(problem, s, direction, improvement, direction.ok & ~converged)
     accepted = trial.accepted
     xs1 = jax.tree_util.tree_map(lambda p, q: jnp.where(accepted, p, q), trial.xs, s.xs)
