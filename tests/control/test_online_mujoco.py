@@ -123,6 +123,6 @@ def test_online_mpc_flies_mujoco_quadrotor_there_and_back(monkeypatch):
     # (one tick's thrusts chatter by ~10 % about it; |Δv| < 0.05 m/s over the window bounds the
     # imbalance by 1.1 m · 0.05 / 0.5 ≈ 0.16 N, 1 % of the weight)
     weight = r["mass"][1] * QUADROTOR["gravity"]
-    last = r["thrusts"][-int(round(0.5 / 0.03)) :].sum(1)
+    last = r["thrusts"][-round(0.5 / 0.03) :].sum(1)
     assert last.mean() == pytest.approx(weight, rel=0.02)
     assert (r["status"][1:] <= 1).all()  # no failed solve (the cap is normal in MPC)
