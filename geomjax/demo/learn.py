@@ -17,7 +17,7 @@ def run(out: Path, fast: bool) -> list:
     import jax.numpy as jnp
 
     import geomjax as gj
-    from geomjax.learn import Trajectory, fit_parameters
+    from geomjax.learn import Recording, fit_parameters
     from geomjax.learn.reference import noisy, so3_reference
 
     I_true = np.array([[1.0, 0.05, 0.02], [0.05, 1.4, -0.03], [0.02, -0.03, 1.9]])
@@ -33,13 +33,13 @@ def run(out: Path, fast: bool) -> list:
         R, _ = so3_reference(
             I_true, R0, 1.5 * rng.standard_normal(3), ts, mass_g_rho=9.81 * rho_true, controls=u
         )
-        records.append(Trajectory(ts, noisy(R, 1e-3, rng), controls=u))
+        records.append(Recording(ts, noisy(R, 1e-3, rng), controls=u))
     guess = gj.RigidBody(np.diag([1.2, 1.2, 1.6]), gj.HeavyTop(1.0, 9.81, [0.0, 0.0, 0.2]))
     where = lambda s: (s.inertia, s.potential.rho)  # noqa: E731
     res = fit_parameters(guess, records, where, substeps=8, noise=1e-3)
     I_fit, rho_fit = (np.asarray(v) for v in res.values)
     zI, zr = res.z_scores((I_true, rho_true))
-    free = [Trajectory(r.times[:21], r.g[:21]) for r in records[:1]]
+    free = [Recording(r.times[:21], r.g[:21]) for r in records[:1]]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bad = fit_parameters(guess, free, where, noise=1e-3, max_iters=30)

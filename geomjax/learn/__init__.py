@@ -2,7 +2,7 @@
 
 * :func:`fit_parameters`: physical parameters of any geomjax system on a Lie group (inertia kept
   SPD, masses positive, first moments, damping, input maps) from recorded motions
-  (:class:`Trajectory`), with unknown initial states, multiple shooting, Levenberg–Marquardt and
+  (:class:`Recording`), with unknown initial states, multiple shooting, Levenberg–Marquardt and
   the Gauss–Newton covariance.
 * Learned models as ordinary systems (:mod:`geomjax.learn.models`): neural potentials and
   dissipation on SO(3)/SE(3), configuration-dependent inertias (SPD by construction) and input
@@ -16,7 +16,7 @@
 
 from . import problems, reference
 from .baselines import NeuralODE, fit_neural_ode
-from .data import Trajectory
+from .data import Recording
 from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_leaves
 from .models import (
     GroupLagrangianSystem,
@@ -42,7 +42,7 @@ __all__ = [
     "NeuralInputMap",
     "NeuralODE",
     "NeuralPotential",
-    "Trajectory",
+    "Recording",
     "fit_model",
     "fit_neural_ode",
     "fit_parameters",
@@ -54,3 +54,14 @@ __all__ = [
     "select_leaves",
     "to_unconstrained",
 ]
+
+
+def __getattr__(name: str):
+    # deprecated module attributes: ``Trajectory`` was this package's name for a recorded motion,
+    # the same word as geomjax.control.Trajectory (a curve traversed in time)
+    if name == "Trajectory":
+        from .._internal.warn import deprecated
+
+        deprecated("geomjax.learn.Trajectory", "geomjax.learn.Recording")
+        return Recording
+    raise AttributeError(f"module 'geomjax.learn' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Recorded motions to fit: :class:`Trajectory` and its input checks."""
+"""Recorded motions to fit: :class:`Recording` and its input checks."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 from .._internal.warn import renamed, renamed_attribute
 from ..lie.base import LieGroup
 
-__all__ = ["Trajectory"]
+__all__ = ["Recording"]
 
 
-class Trajectory(eqx.Module):
+class Recording(eqx.Module):
     """One recorded motion on a Lie group, sampled at uniformly spaced times.
 
     Arguments:
@@ -29,6 +29,8 @@ class Trajectory(eqx.Module):
 
     ``times`` and ``controls`` are the names of :class:`geomjax.Solution`'s and
     :class:`~geomjax.control.trajopt.OCPSolution`'s fields (``ts`` is a deprecated alias).
+    This class was ``geomjax.learn.Trajectory`` (a deprecated alias that warns): a record of
+    observed states, not :class:`geomjax.control.Trajectory` (a curve traversed in time).
     """
 
     times: jax.Array
@@ -37,10 +39,10 @@ class Trajectory(eqx.Module):
     controls: jax.Array | None = None
 
     def __init__(self, times=None, g=None, xi=None, controls=None, *, ts=None):
-        self.times = renamed(times, ts, "Trajectory", "times", "ts")
+        self.times = renamed(times, ts, "Recording", "times", "ts")
         self.g, self.xi, self.controls = g, xi, controls
 
-    ts = renamed_attribute("Trajectory", "ts", "times")
+    ts = renamed_attribute("Recording", "ts", "times")
 
     @property
     def num_samples(self) -> int:
@@ -59,16 +61,16 @@ def _float(x, name, where):
     return a
 
 
-def check_trajectory(
+def check_recording(
     traj, group: LieGroup, name: str, where: str, any_width: bool = False
-) -> Trajectory:
-    """Validate one :class:`Trajectory` against ``group`` (eager, NumPy): ``ValueError`` naming
+) -> Recording:
+    """Validate one :class:`Recording` against ``group`` (eager, NumPy): ``ValueError`` naming
     the argument for unordered or non-uniform times, disagreeing shapes, NaN, or configurations
     far from the group.  ``any_width``: controls may have any width ``k`` (actuator commands
     mapped to body forces by the method), else ``group.dim``."""
-    if not isinstance(traj, Trajectory):
+    if not isinstance(traj, Recording):
         raise ValueError(
-            f"{where}: argument '{name}' must be a geomjax.learn.Trajectory, got {type(traj).__name__}"
+            f"{where}: argument '{name}' must be a geomjax.learn.Recording, got {type(traj).__name__}"
         )
     ts = _float(traj.times, f"{name}.times", where)
     if ts.ndim != 1 or ts.shape[0] < 2:
@@ -122,4 +124,4 @@ def check_trajectory(
                 f"{(N - 1, 'k' if any_width else group.dim)} (one input per sample interval), "
                 f"got {u.shape}"
             )
-    return Trajectory(ts, g, xi, u)
+    return Recording(ts, g, xi, u)

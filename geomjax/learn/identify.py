@@ -40,7 +40,7 @@ from .._internal.warn import renamed, renamed_attribute, warn
 from ..integrators import LGVI, NonholonomicVI, simulate
 from ..results import ConvergenceError, Status
 from . import parameterize as P
-from .data import Trajectory, check_trajectory
+from .data import Recording, check_recording
 
 __all__ = ["FitError", "FitResult", "fit_parameters", "fitting_loss", "select_leaves"]
 
@@ -74,7 +74,7 @@ class FitResult:
             coordinates) and cannot be inverted as it is; its block over the upper-triangle
             entries is invertible when the Jacobian has full rank.
         names: the leaves' paths in the system (``.inertia``, ``.potential.rho``).
-        initial_states: per trajectory, the estimated state at its first sample.
+        initial_states: per recording, the estimated state at its first sample.
         sigma: the residual scale ``s`` (≈ 1 when the given noise levels are right).
         cost: ``½ Σ r²`` at the solution.
         converged: whether the solver met its tolerances.
@@ -438,11 +438,11 @@ def fitting_problem(
     model = system
     system, method_r = dynamics_of(model, method, who)
     G = system.group
-    trajs = [data] if isinstance(data, Trajectory) else list(data)
+    trajs = [data] if isinstance(data, Recording) else list(data)
     if not trajs:
-        raise ValueError(f"{who}: argument 'data' must hold at least one Trajectory")
+        raise ValueError(f"{who}: argument 'data' must hold at least one Recording")
     trajs = [
-        check_trajectory(t, G, "data" if len(trajs) == 1 else f"data[{i}]", who, any_width=True)
+        check_recording(t, G, "data" if len(trajs) == 1 else f"data[{i}]", who, any_width=True)
         for i, t in enumerate(trajs)
     ]
     widths = {t.controls.shape[1] for t in trajs if t.controls is not None}
@@ -656,7 +656,7 @@ def fit_parameters(
             :class:`~geomjax.control.trajopt.Actuated` method: see
             :class:`geomjax.learn.problems.QuadrotorModel`); ``where`` then selects its leaves
             and ``method`` must be None.
-        data: a :class:`Trajectory` or a sequence of them (lengths may differ); their
+        data: a :class:`Recording` or a sequence of them (lengths may differ); their
             ``controls`` are body forces ``(N − 1, dim)``, or actuator commands ``(N − 1, k)``
             (the same ``k`` in every record) when the method maps them (``Actuated``).
         where: ``system -> leaf`` or a tuple of leaves, as in :func:`equinox.tree_at`, e.g.

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import Trajectory
+from .data import Recording
 from .reference import noisy, se3_reference, so3_reference
 
 __all__ = [
@@ -39,7 +39,7 @@ def pendulum_records(
 ):
     """``n_records`` motions of the 3D pendulum from random initial states (tilt ≈ 0.8 rad, body
     angular velocity ≈ 1 rad/s), ``n_samples`` samples ``h`` apart, as
-    :class:`~geomjax.learn.Trajectory` s with orientation noise ``noise`` (rad, ``R exp(n̂)``) and
+    :class:`~geomjax.learn.Recording` s with orientation noise ``noise`` (rad, ``R exp(n̂)``) and
     velocity noise ``velocity_noise`` (rad/s); ``clean=True`` also returns the exact records
     ``[(R, Ω), ...]``."""
     from ..lie import SO3
@@ -53,7 +53,7 @@ def pendulum_records(
         R, W = so3_reference(PENDULUM["inertia"], R0, w0, ts, mass_g_rho=PENDULUM["mass_g_rho"])
         exact.append((R, W))
         data.append(
-            Trajectory(
+            Recording(
                 ts, noisy(R, noise, rng), xi=W + velocity_noise * rng.standard_normal(W.shape)
             )
         )
@@ -183,7 +183,7 @@ def quadrotor_records(
     plus a random excitation of ``excitation`` N per rotor held on each sample interval — from
     random attitudes (≈ 0.3 rad) and twists, computed by SciPy's DOP853 on the Newton–Euler
     equations (:func:`~geomjax.learn.reference.se3_reference`), ``n_samples`` samples ``h``
-    apart, as :class:`~geomjax.learn.Trajectory` s with pose noise ``noise`` (rad and m) and
+    apart, as :class:`~geomjax.learn.Recording` s with pose noise ``noise`` (rad and m) and
     velocity noise ``velocity_noise``, their ``controls`` the four thrusts.  ``clean=True`` also
     returns the exact records ``[(g, ξ), ...]``."""
     from ..lie import SO3
@@ -208,7 +208,7 @@ def quadrotor_records(
         )
         exact.append((g, xi))
         data.append(
-            Trajectory(
+            Recording(
                 ts,
                 noisy(g, noise, rng, translation_sigma=noise),
                 xi=xi + velocity_noise * rng.standard_normal(xi.shape),

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
-from geomjax.learn import Trajectory, fit_parameters
+from geomjax.learn import Recording, fit_parameters
 from geomjax.learn.reference import noisy
 
 I_TRUE = np.diag([1.0, 1.4, 1.9])
@@ -41,7 +41,7 @@ def _guess():
 
 
 def _fit(ts, R_meas, noise):
-    return fit_parameters(_guess(), Trajectory(ts, R_meas), WHERE, noise=noise).check()
+    return fit_parameters(_guess(), Recording(ts, R_meas), WHERE, noise=noise).check()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from geomjax.learn import (
     FitError,
     ModelFit,
     NeuralPotential,
-    Trajectory,
+    Recording,
     fit_model,
     fitting_loss,
     neural_leaves,
@@ -50,7 +50,7 @@ def own_records(model, n_records=2, n_samples=11, h=0.05):
             jnp.asarray(rng.standard_normal(3)),
         )
         sol = gj.simulate(model, gj.LGVI(), s0, h, steps=n_samples - 1)
-        out.append(Trajectory(np.arange(n_samples) * h, np.asarray(sol.states.R)))
+        out.append(Recording(np.arange(n_samples) * h, np.asarray(sol.states.R)))
     return out
 
 

@@ -245,7 +245,7 @@ def test_configuration_dependent_inertia_identified_from_dop853_records():
     equations, DOP853; orientation noise 1e-3 rad, velocity noise 1e-2 rad/s): fit_parameters,
     through NonholonomicVI, recovers ``a`` within three of its standard deviations and 3 %
     (measured: 0.2997 ± 0.0032)."""
-    from geomjax.learn import Trajectory, fit_parameters
+    from geomjax.learn import Recording, fit_parameters
     from geomjax.learn.reference import noisy
 
     rhs = jax.jit(reference_rhs(_TiltInertia(jnp.asarray(0.3)), TOP))
@@ -265,7 +265,7 @@ def test_configuration_dependent_inertia_identified_from_dop853_records():
             t_eval=ts,
         )
         R, W = sol.y.T[:, :9].reshape(-1, 3, 3), sol.y.T[:, 9:]
-        data.append(Trajectory(ts, noisy(R, 1e-3, rng), xi=W + 1e-2 * rng.standard_normal(W.shape)))
+        data.append(Recording(ts, noisy(R, 1e-3, rng), xi=W + 1e-2 * rng.standard_normal(W.shape)))
     model = GroupLagrangianSystem(gj.SO3, _TiltInertia(jnp.asarray(0.1)), TOP)
     res = fit_parameters(
         model,

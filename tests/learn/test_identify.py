@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
-from geomjax.learn import FitError, Trajectory, fit_parameters, fitting_loss, identify
+from geomjax.learn import FitError, Recording, fit_parameters, fitting_loss, identify
 from geomjax.learn.reference import noisy, so3_reference
 from geomjax.results import Status
 
@@ -47,7 +47,7 @@ def small():
 def test_heavy_top_recovered_within_one_percent(small):
     sig = 1e-3
     rng = np.random.default_rng(1)
-    data = [Trajectory(ts, noisy(R, sig, rng), controls=u) for ts, R, _, u in small]
+    data = [Recording(ts, noisy(R, sig, rng), controls=u) for ts, R, _, u in small]
     res = fit_parameters(guess(), data, WHERE, substeps=4, noise=sig).check()
     I, rho = (np.asarray(v) for v in res.values)
     assert np.linalg.norm(I - I_TRUE) / np.linalg.norm(I_TRUE) < 0.01
@@ -66,7 +66,7 @@ def test_heavy_top_recovered_within_one_percent(small):
 @pytest.mark.long
 def test_loss_gradient_matches_finite_differences(small):
     ts, R, _, u = small[0]
-    data = Trajectory(ts[:21], R[:21], controls=u[:20])
+    data = Recording(ts[:21], R[:21], controls=u[:20])
     loss, y0, _ = fitting_loss(guess(), data, WHERE, substeps=2, noise=1e-2, segment_length=10)
     y = y0 + 0.01 * jnp.sin(jnp.arange(y0.size))
     g = jax.jit(jax.grad(loss))(y)
@@ -82,7 +82,7 @@ def test_loss_gradient_matches_finite_differences(small):
 def test_rank_deficiency_is_reported():
     # no known input: scaling inertia and first moment together leaves every motion unchanged
     recs = clean_records(1, 21, torque=0.0, seed=4)
-    data = [Trajectory(ts, R) for ts, R, _, _ in recs]
+    data = [Recording(ts, R) for ts, R, _, _ in recs]
     with pytest.warns(UserWarning, match=r"rank-deficient.*\.inertia.*\.potential\.rho"):
         res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=30)
     assert "rank-deficient" in res.message and res.status == Status.RANK_DEFICIENT
@@ -103,7 +103,7 @@ def test_repeated_fits_reuse_the_compiled_solver():
     def fit(rec, I0):
         sys = gj.RigidBody(I0, gj.HeavyTop(M, GRAV, [0.0, 0.0, 0.2]))
         where = lambda s: (s.inertia, s.potential.rho)  # noqa: E731  (a new function per fit)
-        return fit_parameters(sys, Trajectory(rec[0], rec[1], controls=rec[3]), where, noise=1e-3)
+        return fit_parameters(sys, Recording(rec[0], rec[1], controls=rec[3]), where, noise=1e-3)
 
     before = traces["levenberg_marquardt"]
     ra = fit(a, np.diag([1.2, 1.2, 1.6]))
@@ -123,7 +123,7 @@ def test_repeated_fits_reuse_the_compiled_solver():
 @pytest.mark.long
 def test_non_convergence_is_visible(small):
     ts, R, _, u = small[0]
-    data = Trajectory(ts[:21], R[:21], controls=u[:20])
+    data = Recording(ts[:21], R[:21], controls=u[:20])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=1)
@@ -137,19 +137,19 @@ def test_non_convergence_is_visible(small):
 @pytest.mark.parametrize(
     "bad, match",
     [
-        (lambda ts, R: Trajectory(ts[::-1], R), r"'data\.times' must be strictly increasing"),
-        (lambda ts, R: Trajectory(ts, R[:-1]), r"'data\.g' must have shape"),
-        (lambda ts, R: Trajectory(ts, R * 1.1), r"'data\.g' is far from SO3"),
+        (lambda ts, R: Recording(ts[::-1], R), r"'data\.times' must be strictly increasing"),
+        (lambda ts, R: Recording(ts, R[:-1]), r"'data\.g' must have shape"),
+        (lambda ts, R: Recording(ts, R * 1.1), r"'data\.g' is far from SO3"),
         (
-            lambda ts, R: Trajectory(ts, np.where(np.isnan(R), 0, R) * np.nan),
+            lambda ts, R: Recording(ts, np.where(np.isnan(R), 0, R) * np.nan),
             r"'data\.g' must be finite",
         ),
         (
-            lambda ts, R: Trajectory(ts, R, controls=np.zeros((3, 3))),
+            lambda ts, R: Recording(ts, R, controls=np.zeros((3, 3))),
             r"'data\.controls' must have shape",
         ),
-        (lambda ts, R: Trajectory(ts, R, xi=np.zeros((len(ts), 2))), r"'data\.xi' must have shape"),
-        (lambda ts, R: Trajectory(ts**2, R), r"'data\.times' must be uniformly spaced"),
+        (lambda ts, R: Recording(ts, R, xi=np.zeros((len(ts), 2))), r"'data\.xi' must have shape"),
+        (lambda ts, R: Recording(ts**2, R), r"'data\.times' must be uniformly spaced"),
     ],
 )
 def test_bad_data_named(small, bad, match):
@@ -160,7 +160,7 @@ def test_bad_data_named(small, bad, match):
 
 def test_bad_selection_named(small):
     ts, R, _, _ = small[0]
-    data = Trajectory(ts[:5], R[:5])
+    data = Recording(ts[:5], R[:5])
     sys = guess()
     with pytest.raises(
         ValueError, match=r"argument 'where' must select floating arrays.*selection 0"
@@ -170,7 +170,7 @@ def test_bad_selection_named(small):
         fit_parameters(sys, data, lambda s: s.no_such_leaf)
     with pytest.raises(ValueError, match=r"argument 'kinds'"):
         fit_parameters(sys, data, WHERE, kinds=("spd",))
-    with pytest.raises(ValueError, match=r"'data\[1\]' must be a geomjax\.learn\.Trajectory"):
+    with pytest.raises(ValueError, match=r"'data\[1\]' must be a geomjax\.learn\.Recording"):
         fit_parameters(sys, [data, (ts, R)], WHERE)
 
 
@@ -178,7 +178,7 @@ def test_bad_selection_named(small):
 def test_multiple_shooting_agrees_with_single_shooting():
     recs = clean_records(2, 61)
     rng = np.random.default_rng(5)
-    data = [Trajectory(ts, noisy(R, 1e-3, rng), controls=u) for ts, R, _, u in recs]
+    data = [Recording(ts, noisy(R, 1e-3, rng), controls=u) for ts, R, _, u in recs]
     single = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3).check()
     multi = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3, segment_length=15)
     multi.check()
@@ -190,10 +190,10 @@ def test_multiple_shooting_agrees_with_single_shooting():
 def test_float32_fit_agrees_with_float64(small):
     rng = np.random.default_rng(6)
     sig = 1e-3
-    data = [Trajectory(ts, noisy(R, sig, rng), controls=u) for ts, R, _, u in small]
+    data = [Recording(ts, noisy(R, sig, rng), controls=u) for ts, R, _, u in small]
     f64 = fit_parameters(guess(), data, WHERE, substeps=4, noise=sig).check()
     data32 = [
-        Trajectory(
+        Recording(
             d.times.astype(np.float32),
             d.g.astype(np.float32),
             controls=d.controls.astype(np.float32),
@@ -220,7 +220,7 @@ def test_standard_deviations_are_calibrated():
     sig, zs = 1e-3, []
     for seed in range(50):
         rng = np.random.default_rng(100 + seed)
-        data = [Trajectory(ts, noisy(R, sig, rng), controls=u) for ts, R, _, u in recs]
+        data = [Recording(ts, noisy(R, sig, rng), controls=u) for ts, R, _, u in recs]
         res = fit_parameters(guess(), data, WHERE, substeps=8, noise=sig).check()
         I, rho = (np.asarray(v) for v in res.values)
         assert np.linalg.norm(I - I_TRUE) / np.linalg.norm(I_TRUE) < 0.01
@@ -240,7 +240,7 @@ def test_optimistix_solver_reaches_the_same_estimate(small):
     import optimistix as optx
 
     rng = np.random.default_rng(1)
-    data = [Trajectory(ts, noisy(R, 1e-3, rng), controls=u) for ts, R, _, u in small]
+    data = [Recording(ts, noisy(R, 1e-3, rng), controls=u) for ts, R, _, u in small]
     a = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3).check()
     solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10)
     b = fit_parameters(guess(), data, WHERE, substeps=4, noise=1e-3, solver=solver).check()
@@ -248,11 +248,11 @@ def test_optimistix_solver_reaches_the_same_estimate(small):
         assert np.all(np.abs(np.asarray(x) - np.asarray(y)) < 1e-3 * s)
 
 
-def test_trajectory_times_and_the_deprecated_ts():
+def test_recording_times_and_the_deprecated_ts():
     times, g = np.linspace(0.0, 1.0, 3), np.stack([np.eye(3)] * 3)
     with pytest.warns(DeprecationWarning, match="'times'"):
-        old = Trajectory(ts=times, g=g)
+        old = Recording(ts=times, g=g)
     np.testing.assert_array_equal(old.times, times)
-    with pytest.warns(DeprecationWarning, match="Trajectory.times"):
+    with pytest.warns(DeprecationWarning, match="Recording.times"):
         np.testing.assert_array_equal(old.ts, times)
-    assert Trajectory(times, g).num_samples == 3
+    assert Recording(times, g).num_samples == 3

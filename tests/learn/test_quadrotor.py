@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
-from geomjax.learn import Trajectory, fit_parameters
+from geomjax.learn import Recording, fit_parameters
 from geomjax.learn.problems import QUADROTOR_TRUTH as T
 from geomjax.learn.problems import QuadrotorModel, quadrotor_records
 from geomjax.learn.reference import se3_reference
@@ -144,11 +144,11 @@ def test_quadrotor_model_is_the_control_example():
     "bad, match",
     [
         (
-            lambda d: [d[0], Trajectory(d[1].times, d[1].g, controls=d[1].controls[:, :3])],
+            lambda d: [d[0], Recording(d[1].times, d[1].g, controls=d[1].controls[:, :3])],
             r"one width",
         ),
         (
-            lambda d: [Trajectory(d[0].times, d[0].g, controls=d[0].controls[:-1])],
+            lambda d: [Recording(d[0].times, d[0].g, controls=d[0].controls[:-1])],
             r"'data\.controls' must have shape \(10, 'k'\)",
         ),
     ],
