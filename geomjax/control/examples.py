@@ -52,6 +52,8 @@ from .losses import control_effort, group_distance, path_energy
 
 __all__ = [
     "QUADROTOR",
+    "ROLLING_BALL",
+    "SPACECRAFT",
     "AttitudeManeuver",
     "BallOnPlate",
     "PoseManeuver",
@@ -300,6 +302,49 @@ def _reconstruct(group, side, g0, xi, duration, steps, checkpoint):
     )
 
 
+# --- the physical models of the worked problems, each defined once -------------------------------
+# BallOnPlate and rolling_ball_problem pose one physical problem (a ball rolling on a plate), and
+# SpacecraftReorientation and spacecraft_problem another (a robot rolling inside a spacecraft),
+# for two kinds of solver: the classes parameterize a closed base loop by Fourier modes for
+# first-order shooting (optimize), the functions take the base velocity on each interval as the
+# control of an OptimalControlProblem (solve_ocp, run_mpc).  Both build their model, and the
+# defaults of its physical parameters, from the pieces below.
+
+#: physical parameters of the rolling ball (:func:`geomjax.reconstruction.ball_on_turntable`):
+#: its radius, and the axis of the default target attitudes.
+ROLLING_BALL = dict(radius=1.0, axis=(1.0, -1.0, 2.0))
+#: physical parameters of the robot inside the spacecraft
+#: (:func:`geomjax.reconstruction.ball_in_ball`).
+SPACECRAFT = dict(mass_big=10.0, mass_small=1.0, radius_big=1.0, radius_small=0.2)
+
+
+def _ball_system(radius, table_rate, dtype):
+    """The rolling ball driven by its contact-point velocity: ``ball_on_turntable`` as a
+    :class:`~geomjax.reconstruction.BaseVelocitySystem` (state ``(g, x)``, ``g = R⁻¹``)."""
+    from ..reconstruction.examples import ball_on_turntable
+
+    model = ball_on_turntable(
+        rate=jnp.asarray(table_rate, dtype), radius=jnp.asarray(radius, dtype)
+    )
+    return BaseVelocitySystem(model)
+
+
+def _ball_attitude(angle, dtype):
+    """``exp(angle n̂)`` about the unit axis of ``ROLLING_BALL["axis"]``: the default targets."""
+    axis = jnp.asarray(ROLLING_BALL["axis"], dtype)
+    return SO3.from_axis_angle(axis / jnp.linalg.norm(axis), jnp.asarray(angle, dtype))
+
+
+def _spacecraft_system(mass_big, mass_small, radius_big, radius_small, dtype=None):
+    """The robot rolling inside the spacecraft: :func:`geomjax.reconstruction.ball_in_ball`
+    (polar base chart) with its parameters in ``dtype``."""
+    from ..reconstruction.examples import ball_in_ball
+
+    dtype = dtype or jnp.result_type(float)
+    f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+    return ball_in_ball(f(mass_big), f(mass_small), f(radius_big), f(radius_small))
+
+
 # --- example 2: ball rolling on a fixed plate ------------------------------------------------------
 class BallOnPlate(eqx.Module):
     """A ball of radius ``a`` rolling without slipping or spinning (about the vertical) on a fixed
@@ -310,7 +355,17 @@ class BallOnPlate(eqx.Module):
     horizontal lift of the contact curve.  A closed loop brings the ball back to its start; its
     holonomy is the orientation change.  Parameters: a :class:`FourierLoop` in R² traversed with the
     rest-to-rest time law; loss ``‖log(R_target⁻¹ R(T))‖² + effort_weight ½∫|ẋ|² dt``.
-    Documented initial guess: the circle of radius 1 around the origin (``modes`` Fourier modes).
+    Documented initial guess: the circle of radius 1 around the origin (``modes`` Fourier modes);
+    default target ``exp(1.0 n̂)``, ``n = (1, −1, 2)/√6``.
+
+    The model is :func:`rolling_ball_problem`'s (``ball_on_turntable`` with the table at rest,
+    :data:`ROLLING_BALL`): ``ω`` is its horizontal lift of the contact velocity
+    (:meth:`spatial_angular_velocity`).  Which to use:
+    this class for first-order shooting with :func:`~geomjax.control.optimize` over a smooth closed
+    loop (few parameters, the loop closed by construction, the attitude only);
+    :func:`rolling_ball_problem` for :func:`~geomjax.control.trajopt.solve_ocp` and
+    :func:`~geomjax.control.run_mpc` (one contact velocity per interval, bounds on it, a turntable,
+    the attitude and the position as targets).
     """
 
     radius: float = eqx.field(static=True)
@@ -323,7 +378,7 @@ class BallOnPlate(eqx.Module):
 
     def __init__(
         self,
-        radius=1.0,
+        radius=ROLLING_BALL["radius"],
         R_target=None,
         duration=2.0,
         steps=100,
@@ -333,9 +388,7 @@ class BallOnPlate(eqx.Module):
     ):
         dtype = jnp.result_type(float)
         if R_target is None:
-            R_target = SO3.from_axis_angle(
-                jnp.array([1.0, -1.0, 2.0], dtype) / math.sqrt(6.0), jnp.asarray(1.0, dtype)
-            )
+            R_target = _ball_attitude(1.0, dtype)
         self.radius = float(radius)
         self.R_target = jnp.asarray(R_target, dtype)
         self.duration, self.steps, self.modes = float(duration), steps, modes
@@ -348,7 +401,11 @@ class BallOnPlate(eqx.Module):
         return Trajectory(loop, self.duration)
 
     def spatial_angular_velocity(self, v):
-        """``ω = e_z × v / a`` for the contact (= centre) velocity ``v`` ``(..., 2)``."""
+        """``ω = e_z × v / a`` for the contact (= centre) velocity ``v`` ``(..., 2)``: the rolling
+        constraint of :func:`rolling_ball_problem`'s model (``ball_on_turntable``) on a fixed
+        plate, solved in closed form (its horizontal lift, whose body velocity of ``g = R⁻¹`` is
+        ``−ω``, through the saddle-point solve compiles 3–4× longer in a gradient of the loss;
+        a test checks the two agree)."""
         return jnp.stack([-v[..., 1], v[..., 0], jnp.zeros_like(v[..., 0])], -1) / self.radius
 
     def simulate(self, loop):
@@ -501,6 +558,15 @@ class SpacecraftReorientation(eqx.Module):
     (:meth:`reference_loop`), so it is reachable; documented initial guess: the circle
     ``θ = 0.8 + 0.3 cos 2πs``, ``φ = 0.3 sin 2πs`` (:meth:`initial_params`), which misses it by
     0.023 rad.
+
+    The model is :func:`spacecraft_problem`'s (``ball_in_ball`` with :data:`SPACECRAFT`'s
+    parameters).  Which to use: this class for first-order shooting with
+    :func:`~geomjax.control.optimize` over a smooth closed loop (the loop closed by construction,
+    the horizontal lift by :class:`~geomjax.reconstruction.HorizontalLift`);
+    :func:`spacecraft_problem` for :func:`~geomjax.control.trajopt.solve_ocp` and
+    :func:`~geomjax.control.run_mpc` (one base velocity per interval, bounds on it, the return to
+    the start as a terminal constraint).  Their default targets differ: each is the holonomy of
+    its own reference loop.
     """
 
     system: object
@@ -511,23 +577,16 @@ class SpacecraftReorientation(eqx.Module):
 
     def __init__(
         self,
-        mass_big=10.0,
-        mass_small=1.0,
-        radius_big=1.0,
-        radius_small=0.2,
+        mass_big=SPACECRAFT["mass_big"],
+        mass_small=SPACECRAFT["mass_small"],
+        radius_big=SPACECRAFT["radius_big"],
+        radius_small=SPACECRAFT["radius_small"],
         R_target=None,
         duration=2.0,
         steps=60,
         modes=2,
     ):
-        from ..reconstruction import ball_in_ball
-
-        self.system = ball_in_ball(
-            mass_big=mass_big,
-            mass_small=mass_small,
-            radius_big=radius_big,
-            radius_small=radius_small,
-        )
+        self.system = _spacecraft_system(mass_big, mass_small, radius_big, radius_small)
         self.duration, self.steps, self.modes = float(duration), steps, modes
         if R_target is None:
             R_target = self.final_attitude(self.reference_loop())
@@ -966,7 +1025,7 @@ def rolling_ball_problem(
     target_attitude=None,
     target_position=(0.5, 0.0),
     table_rate=0.0,
-    radius=1.0,
+    radius=ROLLING_BALL["radius"],
     duration=2.0,
     steps=20,
     speed_max=None,
@@ -987,16 +1046,16 @@ def rolling_ball_problem(
     ``R g⁻¹``).  Minimum ``½∫|ẋ|² dt`` subject to ``|ẋ_i| ≤ speed_max`` (None: no bound) and the
     final pose as a terminal equality (``exact_target``, solve with
     :class:`~geomjax.control.AugmentedLagrangian`) or the penalty ``weight/2 |(log(R*⁻¹R), x −
-    x*)|²``.  Documented initial guess: :func:`loop_controls` (one loop of radius 0.3)."""
-    from ..reconstruction.examples import ball_on_turntable
+    x*)|²``.  Documented initial guess: :func:`loop_controls` (one loop of radius 0.3).
 
+    The model (:data:`ROLLING_BALL`) is :class:`BallOnPlate`'s too; use that class for
+    first-order shooting with :func:`~geomjax.control.optimize` over a smooth closed loop on a
+    fixed plate, this problem for :func:`~geomjax.control.trajopt.solve_ocp` and
+    :func:`~geomjax.control.run_mpc`."""
     dtype = dtype or jnp.result_type(float)
-    system = BaseVelocitySystem(
-        ball_on_turntable(rate=jnp.asarray(table_rate, dtype), radius=jnp.asarray(radius, dtype))
-    )
+    system = _ball_system(radius, table_rate, dtype)
     if target_attitude is None:
-        axis = jnp.array([1.0, -1.0, 2.0], dtype) / math.sqrt(6.0)
-        target_attitude = SO3.from_axis_angle(axis, jnp.asarray(0.8, dtype))
+        target_attitude = _ball_attitude(0.8, dtype)
     res = _BallTarget(jnp.asarray(target_attitude, dtype), jnp.asarray(target_position, dtype))
     x0 = BaseVelocityState(jnp.eye(3, dtype=dtype), jnp.zeros(2, dtype))
     return _base_velocity_problem(system, x0, res, duration, steps, speed_max, exact_target, weight)
@@ -1044,10 +1103,10 @@ class _SpacecraftTarget(eqx.Module):
 def spacecraft_problem(
     target_attitude=None,
     base0=(0.8, 0.0),
-    mass_big=10.0,
-    mass_small=1.0,
-    radius_big=1.0,
-    radius_small=0.2,
+    mass_big=SPACECRAFT["mass_big"],
+    mass_small=SPACECRAFT["mass_small"],
+    radius_big=SPACECRAFT["radius_big"],
+    radius_small=SPACECRAFT["radius_small"],
     duration=2.0,
     steps=20,
     speed_max=None,
@@ -1068,14 +1127,17 @@ def spacecraft_problem(
     the robot's centre seen from the spacecraft; control the base velocity ``u = ḃ`` (rad/s),
     ``|u_i| ≤ speed_max`` (None: no bound).  Minimum ``½∫|ḃ|² dt`` with the terminal equality
     ``(log(R*⁻¹R₁), b − b₀) = 0`` (``exact_target``) or its penalty ``weight/2 |·|²``.  Documented
-    initial guess: :func:`loop_controls`."""
+    initial guess: :func:`loop_controls`.
+
+    The model (:data:`SPACECRAFT`) is :class:`SpacecraftReorientation`'s too; use that class for
+    first-order shooting with :func:`~geomjax.control.optimize` over a smooth closed loop, this
+    problem for :func:`~geomjax.control.trajopt.solve_ocp` and :func:`~geomjax.control.run_mpc`."""
     from ..lie import PowerGroup
-    from ..reconstruction.examples import ball_in_ball
 
     dtype = dtype or jnp.result_type(float)
     f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
     system = BaseVelocitySystem(
-        ball_in_ball(f(mass_big), f(mass_small), f(radius_big), f(radius_small))
+        _spacecraft_system(mass_big, mass_small, radius_big, radius_small, dtype)
     )
     b0 = f(base0)
     x0 = BaseVelocityState(PowerGroup(SO3, 2).identity(dtype=dtype), b0)

@@ -17,6 +17,8 @@ from geomjax.control.examples import (
     PoseManeuver,
     ShapeReorientation,
     SpacecraftReorientation,
+    rolling_ball_problem,
+    spacecraft_problem,
 )
 
 from .reference import right_invariant_so3, rigid_body_zoh, rotation_angle, scipy_integrate
@@ -146,6 +148,45 @@ def test_ball_on_plate_closed_path_reaches_orientation_confirmed_by_dop853():
 
     R = right_invariant_so3(omega, prob.duration)
     assert rotation_angle(np.asarray(prob.R_target).T @ R) < REACH
+
+
+def test_ball_on_plate_and_rolling_ball_problem_share_one_model():
+    # BallOnPlate's closed-form ω = e_z × v / a against rolling_ball_problem's horizontal lift
+    # (the saddle-point solve of ball_on_turntable's rolling constraints; body velocity of
+    # g = R⁻¹, i.e. −ω), at a radius other than 1, anywhere on the fixed plate
+    ball, prob = BallOnPlate(radius=0.7, steps=2), rolling_ball_problem(radius=0.7, steps=2)
+    x, v = jax.random.normal(jax.random.PRNGKey(3), (2, 5, 2))
+    xi = jax.jit(jax.vmap(prob.system.horizontal_velocity))(x, v)
+    np.testing.assert_allclose(ball.spatial_angular_velocity(v), -xi, rtol=0, atol=1e-13)
+    # the default targets turn about one axis (1, −1, 2)/√6, by 1.0 and 0.8 rad
+    axis = np.array([1.0, -1.0, 2.0]) / np.sqrt(6.0)
+    for R, angle in (
+        (BallOnPlate().R_target, 1.0),
+        (rolling_ball_problem().terminal_equality.attitude, 0.8),
+    ):
+        w = np.asarray(gj.SO3.log(jnp.asarray(R)))
+        np.testing.assert_allclose(w, angle * axis, rtol=0, atol=1e-14)
+
+
+def test_spacecraft_problems_share_one_model():
+    # SpacecraftReorientation (shooting) and spacecraft_problem (solve_ocp): the same ball_in_ball
+    # model, compared through its kinetic energy at a configuration and velocity against the
+    # closed form ½ I₁|ω₁|² + ½ μ|ṙ₂|² + ½ I₃|ω₃|², I₁ = 2/5 m₁R², μ = m₁m₂/(m₁+m₂), I₃ = 2/5 m₂a²
+    # (explicit targets: the default ones are holonomies, computed by compiled lifts)
+    craft = SpacecraftReorientation(steps=2, R_target=jnp.eye(3))
+    ocp = spacecraft_problem(steps=2, target_attitude=jnp.eye(3))
+    b, u = jnp.array([0.8, 0.3]), jnp.array([0.2, -0.1])
+    q, (_, r2dot, _) = jax.jvp(craft.system.section, (b,), (u,))
+    w1, w3 = jnp.array([0.3, -0.2, 0.1]), jnp.array([0.1, 0.2, -0.3])
+    qd = (gj.SO3.hat(w1) @ q[0], r2dot, gj.SO3.hat(w3) @ q[2])
+    m1, m2, R, a = 10.0, 1.0, 1.0, 0.2
+    by_hand = 0.5 * (
+        0.4 * m1 * R**2 * float(jnp.sum(w1**2))
+        + m1 * m2 / (m1 + m2) * float(jnp.sum(r2dot**2))
+        + 0.4 * m2 * a**2 * float(jnp.sum(w3**2))
+    )
+    for system in (craft.system, ocp.system.system):
+        np.testing.assert_allclose(float(system.kinetic(q, qd)), by_hand, rtol=1e-13)
 
 
 @pytest.mark.long
