@@ -330,7 +330,9 @@ def _residual_parts(flat, weight, spec, model, method, adjoint, tables, noise):
     return data, cont
 
 
-def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, tables, noise):
+def _residual_parts_reset(
+    flat, weight, starts, spec, model, method, adjoint, tables, noise, *, states=False
+):
     """The residuals of :func:`_residual_parts` with the segment length as *data*: the tables
     are those of segment length 1 (one unknown state per sample interval), and ``starts``
     (per table, ``(N − 1,)`` booleans) marks the intervals that begin a shooting segment.  Each
@@ -338,7 +340,12 @@ def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, ta
     interval's unknown state (a continuity residual compares the two), elsewhere the motion
     continues.  With ``starts = arange(N − 1) % L == 0`` the residuals are those of segment
     length ``L`` (the unknowns of the other intervals have no effect), so every segment length
-    of a schedule is one program."""
+    of a schedule is one program.
+
+    ``states=True``: instead, per table, the motion's state at the start of every interval as
+    unknowns of that interval, ``(deltas, velocities)`` (``(records, N − 1, dim)`` each): the
+    unknowns with which every interval starts where this motion is (:func:`fit_model`'s
+    ``restart="motion"``)."""
     deltas, xis, sys, meth, B = _unknowns_and_dynamics(flat, spec, model, method)
     G = sys.group
     substeps = spec.substeps
@@ -387,6 +394,10 @@ def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, ta
         g_pred, xi_pred, rcx = jax.vmap(
             record, in_axes=(0, 0, 0, None if u_all is None else 0, 0, 0)
         )(tab["g"], delta, xi0, u_all, tab["t0"], tab["h"])
+        if states:
+            d_s = jax.vmap(jax.vmap(G.rminus))(g_pred[:, :-1], tab["g"][:, :, 0])
+            data_r.append((d_s, xi_pred[:, :-1]))
+            continue
         g_obs = jnp.concatenate([tab["g"][:, :, 0], tab["g"][:, -1:, 1]], axis=1)
         r = jax.vmap(jax.vmap(G.rminus))(g_obs, g_pred) / noise
         data_r.append(r.reshape(-1))
@@ -395,6 +406,8 @@ def _residual_parts_reset(flat, weight, starts, spec, model, method, adjoint, ta
             data_r.append(((xi_pred - xi_obs) / tab["vn"][:, None, :]).reshape(-1))
         cmask = st.at[0].set(False)[None, :, None]
         cont_r.append(weight * jnp.where(cmask, rcx, 0.0).reshape(-1))
+    if states:
+        return data_r
     data = jnp.concatenate(data_r)
     cont = jnp.concatenate(cont_r) if cont_r else jnp.zeros((0,), data.dtype)
     return data, cont

@@ -572,6 +572,7 @@ def fit_model(
     ftol: float = 1e-4,
     window: int = 50,
     steps: int | None = None,
+    restart: str = "records",
 ) -> ModelFit:
     """Train the leaves ``where(system)`` (default :func:`neural_leaves`) through the discrete flow.
 
@@ -608,9 +609,15 @@ def fit_model(
     ignored (each stage's count is its iteration cap; convergence is that of the last
     stage).  Every stage is the same compiled program: the unknowns hold one state per sample
     interval, and a stage marks which intervals start a segment (the others continue the
-    motion; their states are not used), so the segment length is data, not a shape.  Each stage
-    restarts the segments' states from the records; the weights (and Adam's step count and
-    the weights' moment estimates) carry over.  The program is also reused by later fits of the
+    motion; their states are not used), so the segment length is data, not a shape.  With
+    ``restart="records"`` (default) each stage restarts the segments' states from the records
+    (the measured configurations, finite-difference velocities); with ``restart="motion"``
+    each later stage starts every interval where the previous stage's fitted motion is at that
+    interval (its segments' states, continued through the segments), so a stage of longer
+    segments starts at the previous fit instead of at velocities with the noise of finite
+    differences (a schedule whose lengths divide each other keeps every shared start's state
+    exactly).  The weights (and Adam's step count and the weights' moment estimates) carry
+    over either way.  The program is also reused by later fits of the
     same structure (records' lengths, network, schedule length for the default optimizer).
     ``callback(i, loss)`` is called after each step (Adam) or with each iteration's loss after
     each stage's solve (``"lm"``).
@@ -625,6 +632,10 @@ def fit_model(
         raise ValueError(f"fit_model: argument 'solver' must be 'adam' or 'lm', got {solver!r}")
     if solver == "lm" and optimizer is not None:
         raise ValueError("fit_model: argument 'optimizer' must be None with solver='lm'")
+    if restart not in ("records", "motion"):
+        raise ValueError(
+            f"fit_model: argument 'restart' must be 'records' or 'motion', got {restart!r}"
+        )
     max_iters = renamed(max_iters, steps, "fit_model", "max_iters", "steps", 500)
     where = neural_leaves if where is None else where
     stages = (
@@ -656,7 +667,7 @@ def fit_model(
     n_theta = sum(pb.spec.theta_sizes)
     weight = jnp.asarray(continuity_weight, pb.dtype)
     if solver == "lm":
-        return _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol)
+        return _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, restart)
     total = sum(b for _, b in stages)
     name = "adam" if optimizer is None else "optimizer"
     if optimizer is None:
@@ -664,11 +675,13 @@ def fit_model(
     losses, done, iterations = [], False, 0
     y = pb.flat0
     opt_state = optimizer.init(y)
+    starts = None
     for length, n_steps in stages:
+        # each stage starts its segments from the measured states (or the previous stage's
+        # motion); the weights, the optimizer's step count and the weights' moment estimates
+        # carry over (the segments' moments not)
+        y = _stage_start(pb, y, n_theta, starts, restart)
         starts = segment_starts(pb, length)
-        # each stage starts its segments from the measured states; the weights, the optimizer's
-        # step count and the weights' moment estimates carry over (the segments' moments not)
-        y = jnp.concatenate([y[:n_theta], pb.flat0[n_theta:]])
         opt_state = _restart_states(optimizer, opt_state, y, n_theta)
         first = len(losses)
         done = False
@@ -745,6 +758,26 @@ def _restart_states(optimizer, opt_state, y, n_theta):
     return jax.tree_util.tree_map(merge, opt_state, new)
 
 
+def _continued_program(y, starts, args):
+    parts = _residual_parts_reset(y, 1.0, starts, *args, states=True)
+    return [(d.reshape(-1), x.reshape(-1)) for d, x in parts]
+
+
+_continued = top_level_options(_continued_program, small_loops=True)
+
+
+def _stage_start(pb, y, n_theta, starts, restart):
+    """The unknowns a stage starts from: the weights of ``y``, and the segments' states from
+    the records (``restart="records"``, and the first stage) or from the motion of ``y`` with
+    the previous stage's segment ``starts`` (``"motion"``)."""
+    if restart == "records" or starts is None:
+        return jnp.concatenate([y[:n_theta], pb.flat0[n_theta:]])
+    parts = [y[:n_theta]]
+    for d, x in _continued(y, starts, pb.args):
+        parts += [d, x]
+    return jnp.concatenate(parts)
+
+
 def _stage_unknowns(pb, y, length):
     """``y`` (one state per interval) in the layout of :func:`~geomjax.learn.fitting_loss` at
     segment length ``length``: the weights, then per group of records the states of the
@@ -778,7 +811,7 @@ def _put_leaves(system, where, theta):
     return eqx.tree_at(where, system, replace=vals[0] if single else vals)
 
 
-def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol):
+def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, restart):
     """Levenberg–Marquardt stage after stage (see :func:`fit_model`): one compiled program for
     every stage (the segments' starts and the iteration cap are traced)."""
     losses, iterations = [], 0
@@ -786,8 +819,10 @@ def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol):
     cols = [_active_columns(pb, n_theta, length) for length, _ in stages]
     width = max(c.size for c in cols)
     y = pb.flat0
+    starts = None
     for (length, cap), c in zip(stages, cols, strict=True):
-        y = jnp.concatenate([y[:n_theta], pb.flat0[n_theta:]])
+        y = _stage_start(pb, y, n_theta, starts, restart)
+        starts = segment_starts(pb, length)
         c = np.concatenate([c, np.full(width - c.size, y.size)])  # padded past the end
         y, _, _, done, k, why, costs = levenberg_marquardt(
             y,
@@ -798,7 +833,7 @@ def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol):
             pb.args,
             history=cap_max,
             svd=True,
-            starts=segment_starts(pb, length),
+            starts=starts,
             cols=jnp.asarray(c),
         )
         iterations += k

@@ -17,10 +17,15 @@ from .reference import noisy, se3_reference, so3_reference
 __all__ = [
     "PENDULUM",
     "QUADROTOR_TRUTH",
+    "TILTED",
     "QuadrotorModel",
     "pendulum_records",
     "quadrotor_records",
     "rotation_errors",
+    "tilted_initial_states",
+    "tilted_potential",
+    "tilted_potential_gradient",
+    "tilted_records",
 ]
 
 
@@ -57,6 +62,73 @@ def pendulum_records(
                 ts, noisy(R, noise, rng), xi=W + velocity_noise * rng.standard_normal(W.shape)
             )
         )
+    return (data, exact) if clean else data
+
+
+#: a rigid body in a potential of its attitude relative to the vertical that no library provides:
+#: with ``z = Rᵀe₃`` the body-frame vertical, ``V(z) = a (1 − z·n) + b (z·u)² + c (z·u)³``, a
+#: tilted axis ``n`` (pointing up at the well's bottom, without the other terms) and an
+#: anisotropy axis ``u`` with a cubic term (not symmetric about the well).  One minimum on the
+#: sphere of ``z`` (at ``z ≈ (0.336, −0.159, 0.928)``, ``V ≈ 0.032``; ``V`` at most 12.4).
+TILTED = {
+    "inertia": np.array([[0.9, 0.05, 0.0], [0.05, 1.1, -0.04], [0.0, -0.04, 1.3]]),
+    "a": 6.0,
+    "b": 2.0,
+    "c": 1.5,
+    "n": np.array([0.3, -0.2, 1.0]) / np.linalg.norm([0.3, -0.2, 1.0]),
+    "u": np.array([1.0, 0.6, -0.4]) / np.linalg.norm([1.0, 0.6, -0.4]),
+}
+
+
+def tilted_potential(z):
+    """``V(z)`` of :data:`TILTED` for ``z = Rᵀe₃`` ``(..., 3)`` (NumPy or JAX arrays)."""
+    T = TILTED
+    s = z @ T["u"]
+    return T["a"] * (1.0 - z @ T["n"]) + T["b"] * s**2 + T["c"] * s**3
+
+
+def tilted_potential_gradient(z):
+    """``∇V(z)`` of :data:`TILTED` (the closed form, for the reference's torque ``z × ∇V``)."""
+    T = TILTED
+    s = z @ T["u"]
+    return -T["a"] * T["n"] + (2.0 * T["b"] * s + 3.0 * T["c"] * s**2)[..., None] * T["u"]
+
+
+def tilted_initial_states(n, seed=0, tilt=0.45, spin=0.8):
+    """``n`` initial states ``(R0, Ω0)`` in the well of :data:`TILTED`: the equilibrium attitude
+    (``Rᵀe₃ = n``) turned by a random yaw and a random body rotation of ``tilt`` rad per axis
+    (standard deviation), body angular velocity ``spin`` rad/s per axis."""
+    from ..lie import SO3
+
+    rng = np.random.default_rng(seed)
+    nz = TILTED["n"]
+    # a rotation with Rᵀe₃ = n: its rows are an orthonormal frame whose third row is n
+    x = np.cross([0.0, 1.0, 0.0], nz)
+    x /= np.linalg.norm(x)
+    R_eq = np.stack([x, np.cross(nz, x), nz])
+    out = []
+    for _ in range(n):
+        yaw = np.asarray(SO3.exp(np.array([0.0, 0.0, rng.uniform(-np.pi, np.pi)])))
+        turn = np.asarray(SO3.exp(tilt * rng.standard_normal(3)))
+        out.append((yaw @ R_eq @ turn, spin * rng.standard_normal(3)))
+    return out
+
+
+def tilted_records(n_records=16, n_samples=201, h=0.01, noise=1e-4, seed=0, clean=False):
+    """Orientation-only records of the body of :data:`TILTED` (``n_records`` motions from
+    :func:`tilted_initial_states`, ``n_samples`` samples ``h`` apart, default 2 s at 100 Hz),
+    from SciPy's DOP853 at ``rtol = atol = 1e-12``, with orientation noise ``noise`` (rad,
+    ``R exp(n̂)``); velocities are not recorded.  ``clean=True`` also returns the exact records
+    ``[(R, Ω), ...]``."""
+    rng = np.random.default_rng(seed + 1)
+    ts = np.arange(n_samples) * h
+    data, exact = [], []
+    for R0, w0 in tilted_initial_states(n_records, seed):
+        R, W = so3_reference(
+            TILTED["inertia"], R0, w0, ts, vertical_gradient=tilted_potential_gradient
+        )
+        exact.append((R, W))
+        data.append(Recording(ts, noisy(R, noise, rng)))
     return (data, exact) if clean else data
 
 

@@ -5,7 +5,10 @@ dependency, imported when these functions are called).
 SO(3) body with a centre of mass ``rho`` below a pivot (heavy top / 3D pendulum), viscous damping
 and known body torques ``u`` held on each sample interval:
 
-    Ṙ = R Ω̂,   I Ω̇ = (I Ω) × Ω + m g (Rᵀ e₃) × ρ − c Ω + u.
+    Ṙ = R Ω̂,   I Ω̇ = (I Ω) × Ω + m g (Rᵀ e₃) × ρ − c Ω + u,
+
+or, for any potential of the body-frame vertical ``z = Rᵀe₃`` (given by its gradient ``∇V(z)``),
+the torque ``z × ∇V(z)`` in place of ``m g z × ρ`` (``V = m g ρ·z`` is the heavy top).
 
 SE(3) body (quadrotor) with mass ``m``, inertia ``J`` about its centre of mass at the body origin,
 gravity along −e₃ and body wrench inputs ``(τ, f)`` through an input map ``B``:
@@ -61,9 +64,16 @@ def so3_reference(
     controls=None,
     rtol=1e-12,
     atol=1e-12,
+    vertical_gradient=None,
 ):
     """``(R (N,3,3), Ω (N,3))`` at ``ts`` for the SO(3) body above; ``mass_g_rho`` is ``m g ρ``
-    (the first moment times gravity), ``controls`` ``(N−1, 3)`` body torques."""
+    (the first moment times gravity), ``controls`` ``(N−1, 3)`` body torques;
+    ``vertical_gradient``: optional ``z -> ∇V(z)`` (NumPy, ``(3,) -> (3,)``) of a potential of
+    the body-frame vertical ``z = Rᵀe₃``, whose torque ``z × ∇V(z)`` is added."""
+    if vertical_gradient is not None and not callable(vertical_gradient):
+        raise ValueError(
+            "so3_reference: argument 'vertical_gradient' must be callable z -> (3,) or None"
+        )
     I = np.asarray(inertia, float)
     I = np.diag(I) if I.shape == (3,) else I
     Iinv = np.linalg.inv(I)
@@ -73,7 +83,10 @@ def so3_reference(
     def rhs(t, y, u):
         R = y[:9].reshape(3, 3)
         w = y[9:]
-        tau = np.cross(I @ w, w) + np.cross(R.T @ e3, mgr) - damping * w
+        z = R.T @ e3
+        tau = np.cross(I @ w, w) + np.cross(z, mgr) - damping * w
+        if vertical_gradient is not None:
+            tau = tau + np.cross(z, vertical_gradient(z))
         if u is not None:
             tau = tau + u
         return np.concatenate([(R @ _hat(w)).reshape(-1), Iinv @ tau])

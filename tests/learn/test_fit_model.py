@@ -185,3 +185,41 @@ def test_bad_solver_arguments_named():
         fit_model(student(), data, solver="lm", optimizer=object())
     with pytest.raises(ValueError, match="'max_iters'"):
         fit_model(student(), data, solver="lm", max_iters=0)
+
+
+def test_restart_from_the_fitted_motion(fitted):
+    """``restart="motion"``: a stage of longer segments starts where the previous stage's motion
+    is.  Its first loss is the loss of :func:`fitting_loss` (the residuals of fixed-length
+    segments, another code path) at the previous stage's weights and the states of its
+    segments kept at the shared starts (lengths 5 then 10: the start of the second stage is one
+    of the first's), and it is below the start from the records (finite-difference
+    velocities)."""
+    data, lm, _ = fitted
+    # the first stage is the fixture's fit (the same compiled program, the same steps)
+    two = fit_model(
+        student(),
+        data,
+        solver="lm",
+        segment_length=((5, 100), (10, 2)),
+        noise=1e-3,
+        restart="motion",
+    )
+    np.testing.assert_allclose(two.losses[:100], lm.losses, rtol=1e-12)
+    loss10, y0, _ = fitting_loss(
+        lm.system,
+        data,
+        neural_leaves,
+        kinds="free",
+        continuity_weight=1.0,
+        noise=1e-3,
+        segment_length=10,
+    )
+    n_theta = sum(x.size for x in neural_leaves(lm.system))
+    states = lm.unknowns[n_theta:].reshape(2, len(data), -1, 3)  # (deltas, velocities) per start
+    y = jnp.concatenate([lm.unknowns[:n_theta], states[:, :, ::2].reshape(-1)])
+    assert y.shape == y0.shape
+    np.testing.assert_allclose(two.losses[100], float(loss10(y)), rtol=1e-10)
+    from_records = float(loss10(y0.at[:n_theta].set(lm.unknowns[:n_theta])))
+    assert two.losses[100] < 0.1 * from_records
+    with pytest.raises(ValueError, match="'restart'"):
+        fit_model(student(), data, noise=1e-3, restart="last")
