@@ -11,7 +11,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -178,6 +178,11 @@ def time_jitted(fn, *args, repeats: int = 10, min_time: float = 0.2, jit=None):
 # --------------------------------------------------------------------------------------------
 
 
+#: The clocks a benchmark may offer (``--clock=cpu``: the process's CPU time, steadier when other
+#: processes compete for the cores; it counts every thread's time, though).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 @dataclass(frozen=True)
 class Timing:
     """What :func:`measure` saw.
@@ -185,12 +190,14 @@ class Timing:
     ``first_s``: the first call (tracing + compilation + one run for a jitted function);
     ``run_s``: seconds per call, the median of ``samples`` (each sample: one block of
     ``calls`` calls, divided by ``calls``); ``compile_s``: ``first_s - run_s`` (at least 0),
-    the estimate of what the first call spent on more than running."""
+    the estimate of what the first call spent on more than running; ``out``: the result of the
+    last call (so that a benchmark need not call again to check it)."""
 
     first_s: float
     run_s: float
     samples: tuple[float, ...]
     calls: int = 1
+    out: object = field(default=None, repr=False, compare=False)
 
     @property
     def compile_s(self) -> float:
@@ -225,7 +232,7 @@ def measure(
     one more timed call), for functions too fast to time one call at a time.  ``clock``: the
     clock read (``time.process_time`` for CPU time).  The estimate is the median (see above)."""
     t0 = clock()
-    _call(fn, args, block)
+    out = _call(fn, args, block)
     first_s = clock() - t0
     samples = [] if warmup else [first_s]
     calls = 1
@@ -240,7 +247,7 @@ def measure(
         if block:
             jax.block_until_ready(out)
         samples.append((clock() - t0) / calls)
-    return Timing(first_s, statistics.median(samples), tuple(samples), calls)
+    return Timing(first_s, statistics.median(samples), tuple(samples), calls, out)
 
 
 def measure_side_by_side(
@@ -248,33 +255,38 @@ def measure_side_by_side(
     *args,
     rounds: int = 5,
     min_time: float = 0.0,
+    warmup: bool = True,
     block: bool = True,
     clock=time.perf_counter,
 ) -> dict:
     """``{name: Timing}`` for functions of the same ``args``, timed in interleaved rounds (each
     round takes one sample of every function), so that the ratios of one table see the same
-    machine load.  Each function's first call is its ``first_s``; ``min_time`` as in
-    :func:`measure` (per function and round: each sample lasts about ``min_time / rounds``)."""
-    first, calls, samples = {}, {}, {name: [] for name in fns}
+    machine load.  Each function's first call is its ``first_s``; ``warmup=False``: the first
+    calls are the first round (long runs, already compiled); ``min_time`` as in
+    :func:`measure` (per function and round: each sample lasts about ``min_time / rounds``).
+    Functions of different arguments: pass closures (``lambda: f(x)``) and no ``args``."""
+    first, calls, samples, outs = {}, {}, {name: [] for name in fns}, {}
     for name, fn in fns.items():
         t0 = clock()
-        _call(fn, args, block)
+        outs[name] = _call(fn, args, block)
         first[name] = clock() - t0
+        if not warmup:
+            samples[name].append(first[name])
         calls[name] = 1
         if min_time > 0:
             t0 = clock()
             _call(fn, args, block)
             calls[name] = max(1, int(min_time / max(rounds, 1) / max(clock() - t0, 1e-7)))
-    for _ in range(rounds):
+    for _ in range(rounds - (0 if warmup else 1)):
         for name, fn in fns.items():
             t0 = clock()
             for _ in range(calls[name]):
-                out = fn(*args)
+                outs[name] = fn(*args)
             if block:
-                jax.block_until_ready(out)
+                jax.block_until_ready(outs[name])
             samples[name].append((clock() - t0) / calls[name])
     return {
-        name: Timing(first[name], statistics.median(s), tuple(s), calls[name])
+        name: Timing(first[name], statistics.median(s), tuple(s), calls[name], outs[name])
         for name, s in samples.items()
     }
 
