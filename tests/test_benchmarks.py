@@ -164,17 +164,20 @@ def test_harness_fresh_process_round_trips_json(tmp_path):
         common.fresh_process(code="raise SystemExit('boom')")
 
 
-#: ``time.perf_counter`` is read by the harness in ``benchmarks/common.py`` only; the files
-#: other people are converting separately are left out, and this count may only go down.
-PERF_COUNTER_EXCEPT = {"common.py", "bench_trajopt.py", "bench_learn.py"}
-PERF_COUNTER_LEFT = 200
+#: ``time.perf_counter`` is read by the harness in ``benchmarks/common.py`` (``measure``,
+#: ``measure_side_by_side``, ``compile_timed``, ``timer``) and nowhere else, except: the two
+#: files being converted separately, and the child programs of ``bench_latency.py`` (source
+#: strings run in bare interpreters: they time cold starts, ``import jax`` included, so they
+#: import nothing of the harness).  These counts may only go down.
+PERF_COUNTER_ALLOWED = {"common.py": None, "bench_trajopt.py": None, "bench_learn.py": None}
+PERF_COUNTER_LEFT = {"bench_latency.py": 15}
 
 
 def test_benchmarks_time_through_the_harness():
     counts = {
         p.name: p.read_text().count("perf_counter")
         for p in sorted(BENCH.glob("*.py"))
-        if p.name not in PERF_COUNTER_EXCEPT
+        if p.name not in PERF_COUNTER_ALLOWED
     }
-    left = {k: v for k, v in counts.items() if v}
-    assert sum(left.values()) <= PERF_COUNTER_LEFT, left
+    over = {k: v for k, v in counts.items() if v > PERF_COUNTER_LEFT.get(k, 0)}
+    assert not over, f"time through benchmarks/common.py's harness instead: {over}"
