@@ -12,7 +12,7 @@ functional of the final (R, Pi); gradient with respect to Pi0 and the principal 
 Memory: XLA's buffer assignment of the compiled gradient (``memory_analysis().temp_size_in_bytes``:
 the scratch memory the computation needs besides its inputs and outputs), the figure that
 grows with the trajectory stored for reverse mode.  Time: every function of a table compiled
-first (compile time reported separately), then timed in interleaved rounds, best round kept
+first (compile time reported separately), then timed in interleaved rounds, median round kept
 (the machine is shared: the ratios of one table see the same load).
 """
 
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
-from common import fast_mode, print_table, save_figure, write_json
+from common import CLOCKS, compile_timed, fast_mode, print_table, save_figure, write_json
+from common import measure_side_by_side as side_by_side
 
 jax.config.update("jax_enable_x64", True)
 
@@ -93,34 +93,22 @@ def measure(fn, *args, fast):
     return measure_side_by_side({"f": fn}, *args, fast=fast)["f"]
 
 
-def measure_side_by_side(fns, *args, fast, rounds=None, jit=None):
+def measure_side_by_side(fns, *args, fast, rounds=None, jit=None, clock=CLOCKS["wall"]):
     """``{name: (compile s, run s, temp bytes)}``: every function compiled first (by ``jit``,
     default ``jax.jit``; e.g. ``geomjax.jit``), then timed in interleaved rounds (each round
-    runs every function once, a calibrated number of times) and the best round kept, so that the
-    ratios of one table see the same machine load (the machine is shared)."""
+    runs every function once, a calibrated number of times; ``common.measure_side_by_side``)
+    and the median round kept, so that the ratios of one table see the same machine load (the
+    machine is shared).  ``clock``: one of ``common.CLOCKS``."""
     out, compiled = {}, {}
     for name, fn in fns.items():
-        t0 = time.perf_counter()
-        c = (jax.jit if jit is None else jit)(fn).lower(*args).compile()
-        compile_s = time.perf_counter() - t0
+        c, compile_s = compile_timed(fn, *args, jit=jit, clock=clock)
         mem = getattr(c, "compiled", c).memory_analysis()  # (equinox wraps jax's Compiled)
         compiled[name] = c
-        out[name] = [compile_s, None, None if mem is None else int(mem.temp_size_in_bytes)]
-    per = {}
-    for name, c in compiled.items():
-        jax.block_until_ready(c(*args))  # warm-up
-        t0 = time.perf_counter()
-        jax.block_until_ready(c(*args))
-        per[name] = max(1, int((0.05 if fast else 0.2) / max(time.perf_counter() - t0, 1e-7)))
-    best = dict.fromkeys(compiled, math.inf)
-    for _ in range(rounds or (3 if fast else 7)):
-        for name, c in compiled.items():
-            t0 = time.perf_counter()
-            for _ in range(per[name]):
-                res = c(*args)
-            jax.block_until_ready(res)
-            best[name] = min(best[name], (time.perf_counter() - t0) / per[name])
-    return {name: (v[0], best[name], v[2]) for name, v in out.items()}
+        out[name] = (compile_s, None if mem is None else int(mem.temp_size_in_bytes))
+    rounds = rounds or (3 if fast else 7)
+    block = 0.05 if fast else 0.2  # seconds per timed block of calls
+    res = side_by_side(compiled, *args, rounds=rounds, min_time=block * rounds, clock=clock)
+    return {name: (c, res[name].run_s, temp) for name, (c, temp) in out.items()}
 
 
 def batch_rows(table, body_steps, name_key="method", **labels):
@@ -206,7 +194,7 @@ def main(argv=None):
         rows,
         cols,
         title="gradient of a terminal loss, batch 1, free body, LGVI dt 0.01, float64 "
-        "(interleaved, best of rounds)",
+        "(interleaved, median of rounds)",
     )
 
     # memory against the number of steps (compile only): XLA temp buffers of the gradient

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, print_table, write_json
+from common import compile_timed, fast_mode, measure, print_table, timer, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -224,38 +223,29 @@ def build_nlp(ca, step, running, terminal, form, bounded):
 
 def solve_ipopt(ca, form, bounded, repeats, target=TARGET):
     step, running, terminal = model_functions(ca, target)
-    t0 = time.perf_counter()
-    solver, args, unpack = build_nlp(ca, step, running, terminal, form, bounded)
-    build = time.perf_counter() - t0
-    walls = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        sol = solver(**args)
-        walls.append(time.perf_counter() - t0)
-    stats = solver.stats()
+    with timer() as t:
+        solver, args, unpack = build_nlp(ca, step, running, terminal, form, bounded)
+    build = t.s
+    # every solve timed (no warm-up: an IPOPT solve has nothing to compile), the median kept
+    timing = measure(lambda: solver(**args), repeats=repeats, warmup=False, block=False)
+    sol, stats = timing.out, solver.stats()
     return dict(
         cost=float(sol["f"]),
         iterations=int(stats["iter_count"]),
         status=str(stats["return_status"]),
         success=bool(stats["success"]),
         build_s=build,
-        ms_per_solve=1e3 * min(walls),
-        ms_per_iteration=1e3 * min(walls) / max(int(stats["iter_count"]), 1),
+        ms_per_solve=1e3 * timing.run_s,
+        ms_per_iteration=1e3 * timing.run_s / max(int(stats["iter_count"]), 1),
         controls=unpack(sol["x"]),
     )
 
 
 def solve_geomjax(solver, bounded, repeats):
     prob = quadrotor_problem(bounded=bounded)
-    run = jax.jit(lambda p: solve_ocp(p, solver, max_iters=200))
-    t0 = time.perf_counter()
-    run.lower(prob).compile()
-    compile_s = time.perf_counter() - t0
-    walls = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        sol = jax.block_until_ready(run(prob))
-        walls.append(time.perf_counter() - t0)
+    run, compile_s = compile_timed(lambda p: solve_ocp(p, solver, max_iters=200), prob)
+    timing = measure(run, prob, repeats=repeats, warmup=False)  # compiled: every call a solve
+    sol = timing.out
     it = int(sol.iterations)
     return dict(
         cost=float(sol.cost),
@@ -263,8 +253,8 @@ def solve_geomjax(solver, bounded, repeats):
         status=sol.stop_reason,
         success=bool(sol.succeeded),
         build_s=compile_s,
-        ms_per_solve=1e3 * min(walls),
-        ms_per_iteration=1e3 * min(walls) / max(it, 1),
+        ms_per_solve=1e3 * timing.run_s,
+        ms_per_iteration=1e3 * timing.run_s / max(it, 1),
         controls=np.asarray(sol.controls),
     ), prob
 

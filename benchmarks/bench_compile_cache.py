@@ -26,13 +26,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import fast_mode, print_table, write_json
+from common import fast_mode, fresh_process, print_table, timer, write_json
 
 CASES = [("quadrotor", "ILQR"), ("quadrotor", "DDP"), ("attitude N=40", "ILQR")]
 CASES += [("attitude N=40", "DDP")]
@@ -40,7 +38,7 @@ MODES = ("no cache", "cache, 1st", "cache, 2nd")
 
 
 def _child(case, solver_name, cache_dir):
-    t0 = time.perf_counter()
+    clock = timer()
     import collections
 
     import jax
@@ -57,8 +55,7 @@ def _child(case, solver_name, cache_dir):
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **kw: events.__setitem__(name, events[name] + secs)
     )
-    t_import = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t_import = clock.lap()
     if case == "quadrotor":
         prob, max_iters, tol = quadrotor_problem(), 100, 1e-9
     else:
@@ -70,7 +67,7 @@ def _child(case, solver_name, cache_dir):
     solver = {"ILQR": ILQR, "DDP": DDP}[solver_name](tol=tol)
     sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
     jax.block_until_ready(sol.controls)
-    first = time.perf_counter() - t0
+    first = clock.lap()
 
     def ev(suffix):
         return sum(v for k, v in events.items() if k.endswith(suffix))
@@ -90,11 +87,9 @@ def _child(case, solver_name, cache_dir):
 
 
 def _run_child(case, solver, cache_dir):
-    env = {k: v for k, v in os.environ.items() if k != "GEOMJAX_COMPILATION_CACHE"}
-    args = [sys.executable, str(Path(__file__).resolve()), "--child", case, solver]
-    args += [cache_dir or ""]
-    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    args = ["--child", case, solver, cache_dir or ""]
+    env = {"GEOMJAX_COMPILATION_CACHE": None}
+    return fresh_process(Path(__file__).resolve(), args, env=env)
 
 
 def _load():

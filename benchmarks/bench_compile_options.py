@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -49,7 +48,14 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from common import double_pendulum_lagrangian, fast_mode, print_table, write_json  # noqa: E402
+from common import (  # noqa: E402
+    CLOCKS,
+    double_pendulum_lagrangian,
+    fast_mode,
+    print_table,
+    timer,
+    write_json,
+)
 
 import geomjax as gj  # noqa: E402
 from geomjax.systems import HeavyTop  # noqa: E402
@@ -179,18 +185,18 @@ def cases(fast: bool):
 
 
 def compile_cpu(lowered, options):
-    t0, w0 = time.process_time(), time.perf_counter()
+    cpu, wall = timer(CLOCKS["cpu"]), timer()
     compiled = lowered.compile(compiler_options=options)
-    return time.process_time() - t0, time.perf_counter() - w0, compiled
+    return cpu.elapsed, wall.elapsed, compiled
 
 
 def run_block(compiled, args, calls):
     """Seconds per call over a block of ``calls`` calls: ``(wall, CPU time of the process)``."""
-    t0, c0 = time.perf_counter(), time.process_time()
+    wall, cpu = timer(), timer(CLOCKS["cpu"])
     for _ in range(calls):
         out = compiled(*args)
     jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / calls, (time.process_time() - c0) / calls
+    return wall.elapsed / calls, cpu.elapsed / calls
 
 
 def max_diff(a, b):

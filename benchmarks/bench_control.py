@@ -16,12 +16,11 @@ memory of the gradient.  Table + JSON + a loss-vs-wall-time plot.  Same machine,
 from __future__ import annotations
 
 import math
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, print_table, save_figure, time_jitted, write_json
+from common import fast_mode, print_table, save_figure, time_jitted, timer, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -228,6 +227,6 @@ def main():
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
+    total = timer()
     main()
-    print(f"total {time.perf_counter() - t0:.1f} s")
+    print(f"total {total.elapsed:.1f} s")

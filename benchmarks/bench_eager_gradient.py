@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-import time
 
-from common import child_or_parent, machine_info, print_table, run_child_json, write_json
+from common import (
+    child_or_parent,
+    machine_info,
+    measure,
+    print_table,
+    run_child_json,
+    timer,
+    write_json,
+)
 
 CONFIGS = {
     "per program": {},
@@ -60,14 +66,9 @@ def child(fast):
             return jnp.sum(sol.final_state.Pi**2)
 
         for how, f in (("eager", jax.grad(loss)), ("geomjax.jit", gj.jit(jax.grad(loss)))):
-            for _ in range(2):  # compiles
-                jax.block_until_ready(f(pi0))
-            samples = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                jax.block_until_ready(f(pi0))
-                samples.append(time.perf_counter() - t0)
-            rows.append({"adjoint": adjoint, "how": how, "ms": 1e3 * statistics.median(samples)})
+            jax.block_until_ready(f(pi0))  # compiles (and measure's first call, a second one)
+            timing = measure(f, pi0, repeats=7)
+            rows.append({"adjoint": adjoint, "how": how, "ms": 1e3 * timing.run_s})
     print(json.dumps({"rows": rows}))
 
 
@@ -75,7 +76,7 @@ def main(argv=None):
     fast, rounds = child_or_parent(sys.argv[1:] if argv is None else argv, child)
     if rounds is None:
         return
-    t0 = time.perf_counter()
+    total = timer()
     best: dict = {}
     drop = ("XLA_FLAGS", "GEOMJAX_XLA_FLAGS", "GEOMJAX_NEWTON_UNROLL")
     for _ in range(rounds):
@@ -104,7 +105,7 @@ def main(argv=None):
             "rounds": rounds,
             "steps": 1000 if fast else 10_000,
             "rows": rows,
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": total.elapsed,
             "load_average": list(os.getloadavg()),
             "machine": machine_info(),
         },

@@ -22,7 +22,7 @@
     :meth:`geomjax.LieGroup.cay_coAd_increment`'s generic default; no RK4 row for SE(3) beyond
     the Kirchhoff equations integrated the same way).
 (d) cost: ns per body-step, free body, float32 and float64, batch 1 and 1024, three passes
-    interleaved, the minimum; compile time separate.
+    interleaved, the median; compile time separate.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from bench_rigid_body import lgvi_kernel_batch_last
-from common import fast_mode, print_table, time_jitted, write_json
+from common import fast_mode, median, print_table, time_jitted, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -269,12 +269,13 @@ def throughput(fast, passes=3):
             fns["batch-last kernel, F^T Pi"] = lambda R, Pi: lgvi_kernel_batch_last(
                 R.reshape(batch, 9).T, Pi.T, MOMENTS, 0.01, steps
             )[1]
-            best, compile_s = {}, {}
-            for _ in range(passes):
+            runs, compile_s = {name: [] for name in fns}, {}
+            for _ in range(passes):  # interleaved passes, the median of each kept
                 for name, f in fns.items():
                     c, t = time_jitted(f, R, Pi, repeats=5, min_time=0.1)
                     compile_s.setdefault(name, c)
-                    best[name] = min(best.get(name, math.inf), t)
+                    runs[name].append(t)
+            best = {name: median(ts) for name, ts in runs.items()}
             for name in fns:
                 rows.append(
                     dict(

@@ -12,7 +12,7 @@ momenta and the principal moments (and the controls where there are any; on SE(3
 initial momenta and the diagonal of the rotational inertia).  Batch 1: 1e4 steps of dt 0.01;
 batch 1024: 200 steps; SE(3): 5000 steps at batch 1, 100 at batch 256.  ``--se3-only``: only the
 SE(3) rows, written to ``gradient_cost_se3.json``.  Every function of a row is compiled first, then timed in
-interleaved rounds (best round kept: the ratios of a row see the same machine load);
+interleaved rounds (median round kept: the ratios of a row see the same machine load);
 ``--clock=cpu`` times the process's CPU time instead of wall time (steadier on a shared
 machine).  Every function is compiled by :func:`geomjax.jit` (XLA:CPU's small-loop threshold
 raised for that program alone, as geomjax's eager entry points do; no process setting);
@@ -23,11 +23,11 @@ raised for that program alone, as geomjax's eager entry points do; no process se
 from __future__ import annotations
 
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import CLOCKS as CLOCK
 from common import fast_mode, print_table, write_json
 
 jax.config.update("jax_enable_x64", True)
@@ -108,8 +108,6 @@ def main(argv=None):
     clock = "cpu" if "--clock=cpu" in argv else "wall"
     import bench_adjoint
 
-    if clock == "cpu":  # measure_side_by_side reads time.perf_counter
-        bench_adjoint.time = _CpuTime()
     se3_only = "--se3-only" in argv
     rows = []
     configs = [] if se3_only else [
@@ -138,7 +136,7 @@ def main(argv=None):
         args = (pis, MOMENTS, us) if batch > 1 else (pis[0], MOMENTS, us[0])
         args = tuple(map(jnp.asarray, args))
         res = bench_adjoint.measure_side_by_side(
-            fns, *args, fast=fast, jit=None if defaults else gj.jit
+            fns, *args, fast=fast, jit=None if defaults else gj.jit, clock=CLOCK[clock]
         )
         fwd = res["forward"][1]
         for name, (c, r, _) in res.items():
@@ -156,7 +154,7 @@ def main(argv=None):
     print_table(
         rows,
         ["batch", "steps", "case", "run", "compile s", "ns/body-step", "/forward"],
-        title=f"gradient / forward, LGVI float64 ({clock} clock, interleaved, best of rounds)",
+        title=f"gradient / forward, LGVI float64 ({clock} clock, interleaved, median of rounds)",
     )
     name = "gradient_cost_defaults" if defaults else "gradient_cost"
     write_json(
@@ -173,12 +171,6 @@ def main(argv=None):
 
 def _summed_vmap(f):
     return lambda p, m, u: jnp.sum(jax.vmap(f, in_axes=(0, None, 0))(p, m, u))
-
-
-class _CpuTime:
-    """A ``time`` stand-in whose ``perf_counter`` is the process's CPU time."""
-
-    perf_counter = staticmethod(time.process_time)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
-from common import child_or_parent, machine_info, print_table, run_child_json, write_json
+from common import child_or_parent, machine_info, print_table, run_child_json, timer, write_json
 
 CONFIGS = {
     "default, early": {},
@@ -165,7 +164,7 @@ def main(argv=None):
     fast, rounds = child_or_parent(sys.argv[1:] if argv is None else argv, child)
     if rounds is None:
         return
-    t0 = time.perf_counter()
+    total = timer()
     best, small, cases = {}, {}, []
     for _ in range(rounds):  # alternate the configurations, keep the best of each
         for label, extra in CONFIGS.items():
@@ -235,7 +234,7 @@ def main(argv=None):
             "rounds": rounds,
             "summary": summary,
             "detail": {"rows": rows},
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": total.elapsed,
             "load_average": list(os.getloadavg()),
             "machine": machine_info(),
         },

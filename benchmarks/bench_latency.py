@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
-from common import RESULTS, fast_mode, print_table, write_json
+from common import RESULTS, fast_mode, fresh_process, print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,28 +167,17 @@ print(json.dumps({"value": time.perf_counter() - t0, "cpu_s": time.process_time(
 )
 
 
-def _env(**extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode as after the first import (docstring)
-    env.update(extra)
-    return env
-
-
 def _child(code: str, **extra) -> dict:
-    """Run ``code`` in a fresh interpreter; its last stdout line is a JSON dict."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=_env(**extra),
-        cwd=ROOT,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Run ``code`` in a fresh interpreter (``common.fresh_process``); its last stdout line is a
+    JSON dict.  The children read the clock themselves: they measure cold starts (``import
+    jax`` included), so they import nothing of the benchmarks' harness."""
+    env = {
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "JAX_COMPILATION_CACHE_DIR": None,
+        "PYTHONDONTWRITEBYTECODE": None,  # bytecode as after the first import (docstring)
+        **extra,
+    }
+    return fresh_process(code=textwrap.dedent(code), env=env, cwd=ROOT, timeout=900)
 
 
 def _readme_first_block() -> str:
@@ -211,6 +199,8 @@ def _readme_process() -> dict:
 
 
 def _best(fn, repeats):
+    """The fastest of ``repeats`` runs: this file keeps the minimum (module docstring; its
+    results are compared with earlier labelled runs made the same way)."""
     runs = [fn() for _ in range(repeats)]
     return min(runs, key=lambda r: r["value"])
 

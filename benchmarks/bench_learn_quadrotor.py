@@ -30,12 +30,10 @@ Writes ``benchmarks/results/learn_quadrotor.json`` (``learn_quadrotor_rollouts.j
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, print_table, save_figure, write_json
+from common import RESULTS, print_table, save_figure, timer, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -54,7 +52,7 @@ SUBSTEPS = 4  # LGVI steps per sample in the rollouts (0.005 s)
 
 def fit(flights, start):
     guess = QuadrotorModel(start[0], start[1], start[2], T["arm"], method=gj.Composition(gj.LGVI()))
-    t = time.perf_counter()
+    t = timer()
     traces = identify.TRACES["levenberg_marquardt"]
     res = fit_parameters(
         guess,
@@ -66,7 +64,7 @@ def fit(flights, start):
         velocity_noise=1e-2,
         segment_length=25,
     )
-    wall = time.perf_counter() - t
+    wall = t.elapsed
     return res, wall, identify.TRACES["levenberg_marquardt"] - traces
 
 
@@ -87,9 +85,9 @@ def plan_and_fly(model):
     from geomjax.control.trajopt import solve_ocp
 
     task = quadrotor_problem(method=gj.LGVI(), system=model.system(), actuation=model.actuation())
-    t = time.perf_counter()
+    t = timer()
     sol = solve_ocp(task, progress=False)
-    wall = time.perf_counter() - t
+    wall = t.elapsed
     truth = QuadrotorModel(T["mass"], T["inertia"], T["moment_coefficient"], T["arm"])
     g, _ = se3_reference(
         T["mass"],
@@ -128,7 +126,7 @@ def rollouts(identified, flights, n_samples, fast):
     """The identified model and a neural ODE trained on ``flights``, rolled out on held-out
     flights 10× as long (see the module docstring)."""
     steps = BLACK_BOX_STEPS // 3 if fast else BLACK_BOX_STEPS
-    t = time.perf_counter()
+    t = timer()
     node, _, losses = fit_neural_ode(
         NeuralODE(12, 6, jax.random.PRNGKey(1), n_u=4),
         [_flat(f.g) for f in flights],
@@ -139,7 +137,7 @@ def rollouts(identified, flights, n_samples, fast):
         max_iters=steps,
         controls=[np.asarray(f.controls) for f in flights],
     )
-    node_train_s = time.perf_counter() - t
+    node_train_s = t.elapsed
     n_long = 10 * (n_samples - 1) + 1
     _, exact = quadrotor_records(n_records=3, n_samples=n_long, excitation=1.0, seed=99, clean=True)
     held = quadrotor_records(n_records=3, n_samples=n_long, excitation=1.0, seed=99)

@@ -18,7 +18,7 @@ Problem: I = (1, 2, 3), R0 = exp(0.3, -0.2, 0.5), Pi0 = (0.8, -0.3, 1.1) (as
 bench_work_precision), float64, batch 1.  The geomjax methods run ``method.advance`` in a
 ``fori_loop`` over blocks of steps, each block followed by the invariants of its last state (what
 ``simulate`` runs, without saving); diffrax saves the same 1000 sample times.  Compile time is
-reported separately; each point is timed three times, interleaved over all methods, the best
+reported separately; each point is timed three times, interleaved over all methods, the median
 kept.
 """
 
@@ -26,12 +26,20 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, print_table, save_figure, write_json
+from common import (
+    CLOCKS,
+    RESULTS,
+    fast_mode,
+    measure_side_by_side,
+    print_table,
+    save_figure,
+    timer,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -123,13 +131,7 @@ def time_at(errors, times, level):
 
 # --clock=cpu: the process's CPU time instead of wall time (steadier on a shared machine: the
 # time the OS gives other processes is not counted; these runs are single-threaded)
-CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def _timed(fn, arg, clock=time.perf_counter):
-    t0 = clock()
-    out = jax.block_until_ready(fn(arg))
-    return clock() - t0, out
+CLOCK = CLOCKS
 
 
 def main(argv=None):
@@ -163,7 +165,9 @@ def main(argv=None):
     points, curves = [], {}
     for name, (method, dts) in methods.items():
         run = geomjax_run(method, T)
-        compile_s, _ = _timed(run, dts[0])
+        with timer(clock) as t:
+            jax.block_until_ready(run(dts[0]))
+        compile_s = t.s
         curves[name] = {"param": list(dts), "compile_s": compile_s, "kind": "geomjax"}
         points += [(name, run, dt) for dt in dts]
     try:
@@ -177,17 +181,16 @@ def main(argv=None):
             ("diffrax Dopri8", diffrax.Dopri8()),
         ):
             run = diffrax_run(solver, T)
-            compile_s, _ = _timed(run, jnp.asarray(tols[0]))
+            with timer(clock) as t:
+                jax.block_until_ready(run(jnp.asarray(tols[0])))
+            compile_s = t.s
             curves[name] = {"param": list(tols), "compile_s": compile_s, "kind": "diffrax"}
             points += [(name, run, jnp.asarray(tol)) for tol in tols]
-    best = {}
-    for _ in range(1 if fast else 3):
-        for i, (_name, run, arg) in enumerate(points):
-            t, out = _timed(run, arg, clock)
-            if i not in best or t < best[i][0]:
-                best[i] = (t, out)
+    # one call per point and round (long runs), interleaved; the median round is kept
+    calls = {i: (lambda run=run, arg=arg: run(arg)) for i, (_, run, arg) in enumerate(points)}
+    timed = measure_side_by_side(calls, rounds=1 if fast else 3, warmup=False, clock=clock)
     for i, (name, _run, arg) in enumerate(points):
-        t, out = best[i]
+        t, out = timed[i].run_s, timed[i].out
         err = np.asarray(out[0] if isinstance(out, tuple) else out)
         c = curves[name]
         c.setdefault("energy", []).append(float(err[0]))

@@ -14,20 +14,19 @@
     (target angle, initial momentum, weight, limit) against the time of the solve alone, the same
     problem and solver (a ratio: what the derivative adds to a solve).
 Table + JSON (``benchmarks/results/mpc.json``); every function compiled first (compile times
-reported apart), then timed in interleaved rounds, best round kept (ratios within one run).
+reported apart), then timed in interleaved rounds, median round kept (ratios within one run).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, print_table, write_json
+from common import compile_timed, fast_mode, measure_side_by_side, print_table, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -38,28 +37,9 @@ from geomjax.control.sensitivity import solve_ocp_implicit  # noqa: E402
 from geomjax.control.trajopt import ILQR, solve_ocp  # noqa: E402
 
 
-def _compile_and_time(fn, *args):
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    return compile_s, compiled
-
-
-def _best(fns, rounds):
-    """Best wall time of each compiled callable ``(f, args)``, interleaved rounds."""
-    best = [np.inf] * len(fns)
-    outs = [None] * len(fns)
-    for _ in range(rounds):
-        for i, (f, args) in enumerate(fns):
-            t0 = time.perf_counter()
-            outs[i] = jax.block_until_ready(f(*args))
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best, outs
-
-
 def mpc_rows(fast):
     ticks = 100 if fast else 400
-    rows, fns, meta = [], [], []
+    rows, fns, meta = [], {}, []
     for name, method in (("LGVI", gj.LGVI()), ("semi-implicit Euler", gj.SemiImplicitEuler())):
         prob = attitude_problem(torque_max=2.0, duration=3.0, steps=30, method=method,
                                 exact_target=False, weight=100.0)  # fmt: skip
@@ -68,16 +48,17 @@ def mpc_rows(fast):
         def loop(p, ctrl=ctrl):
             return run_mpc(p, steps=ticks, controller=ctrl)
 
-        compile_s, compiled = _compile_and_time(loop, prob)
-        fns.append((compiled, (prob,)))
+        compiled, compile_s = compile_timed(loop, prob)
+        fns[(name, "jit")] = lambda compiled=compiled, prob=prob: compiled(prob)
         meta.append((name, "inside jax.jit (XLA's defaults)", compile_s, prob))
-        # the call as documented: run_mpc's own program (small loops, no library fusions)
-        t0 = time.perf_counter()
-        jax.block_until_ready(loop(prob))
-        fns.append((loop, (prob,)))
-        meta.append((name, "eager run_mpc", time.perf_counter() - t0, prob))
-    best, outs = _best(fns, 2 if fast else 5)
-    for (name, program, compile_s, prob), t, res in zip(meta, best, outs):
+        # the call as documented: run_mpc's own program (small loops, no library fusions); its
+        # first call (compilations included) is its compile time
+        fns[(name, "eager")] = lambda loop=loop, prob=prob: loop(prob)
+        meta.append((name, "eager run_mpc", None, prob))
+    timings = measure_side_by_side(fns, rounds=2 if fast else 5)
+    for (name, program, compile_s, prob), timing in zip(meta, timings.values()):
+        t, res = timing.run_s, timing.out
+        compile_s = timing.first_s if compile_s is None else compile_s
         target = prob.terminal_cost.residual.target
         R = np.asarray(res.states.R[-1])
         angle = float(np.arccos(np.clip((np.trace(np.asarray(target).T @ R) - 1) / 2, -1, 1)))
@@ -124,9 +105,10 @@ def implicit_rows(fast):
             )(th)
 
         th = jnp.asarray(THETA0)
-        c_solve, f_solve = _compile_and_time(solve, th)
-        c_grad, f_grad = _compile_and_time(grad, th)
-        (t_solve, t_grad), (_, g) = _best([(f_solve, (th,)), (f_grad, (th,))], 3 if fast else 10)
+        f_solve, c_solve = compile_timed(solve, th)
+        f_grad, c_grad = compile_timed(grad, th)
+        res = measure_side_by_side({"solve": f_solve, "grad": f_grad}, th, rounds=3 if fast else 10)
+        t_solve, t_grad, g = res["solve"].run_s, res["grad"].run_s, res["grad"].out
         # the derivative is finite and not zero (its accuracy is tested against finite
         # differences in tests/control/test_sensitivity.py)
         assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).max()) > 0

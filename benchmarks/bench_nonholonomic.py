@@ -39,8 +39,6 @@ dt Tsit5 is far more accurate on short horizons; the DLA's advantages are struct
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,6 +49,7 @@ from common import (
     print_table,
     save_figure,
     time_jitted,
+    timer,
     write_json,
 )
 
@@ -182,7 +181,7 @@ def long_horizon(fast):
         E0 = float(system.energy(s0))
         res = {}
         # geomjax
-        t0 = time.perf_counter()
+        t0 = timer()
         sol = jax.jit(
             lambda s: gj.simulate(
                 system, gj.NonholonomicVI(), s, dt, steps, save_every=steps // n_save
@@ -194,7 +193,7 @@ def long_horizon(fast):
             np.asarray(sol.times),
             np.asarray(d["energy"]),
             np.asarray(d["constraint_violation"]),
-            time.perf_counter() - t0,
+            t0.elapsed,
         )
         if diffrax is not None:
             y0_full = jnp.concatenate([c0.g, c0.x, c0.v])
@@ -209,10 +208,10 @@ def long_horizon(fast):
                 complete,
             )
             for label, (f, y0, comp) in formulations.items():
-                t0 = time.perf_counter()
+                t0 = timer()
                 ts, ys = jax.jit(lambda y0, f=f: run_diffrax(f, y0, dt, steps, n_save))(y0)
                 jax.block_until_ready(ys)
-                wall = time.perf_counter() - t0
+                wall = t0.elapsed
                 q = ys[:, :n]
                 v = ys[:, n:] if comp is None else jax.vmap(comp)(q, ys[:, n:])
                 st = gj.NonholonomicState(
@@ -423,9 +422,9 @@ def _speed_cases(fast):
     steps = 200 if fast else 2000
     m, Ic, a, dt = 1.3, 0.4, 0.25, 1e-3
     sleigh = gj.ChaplyginSleigh(m, Ic, a)
-    t0 = time.perf_counter()  # the first state of a process: its compilations included
+    t0 = timer()  # the first state of a process: its compilations included
     s0 = sleigh.state(0.0, 0.0, 0.3, omega=1.5, v=-0.4)
-    STATE_FIRST_CALL["sleigh: first state() s"] = time.perf_counter() - t0
+    STATE_FIRST_CALL["sleigh: first state() s"] = t0.elapsed
     yield (
         "sleigh",
         sleigh,
@@ -436,9 +435,9 @@ def _speed_cases(fast):
         jnp.array([1.5, -0.4, 0.3, 0.0, 0.0]),
     )
     ball = gj.BallOnTurntable(mass=1.0, radius=0.5, table_rate=0.8)
-    t0 = time.perf_counter()
+    t0 = timer()
     b0 = ball.state(x=(1.0, 0.3), omega=(0.4, -0.2, 0.7))
-    STATE_FIRST_CALL["ball on turntable: first state() s"] = time.perf_counter() - t0
+    STATE_FIRST_CALL["ball on turntable: first state() s"] = t0.elapsed
     om = b0.g @ b0.v[:3]
     y0 = jnp.concatenate([b0.g.reshape(9), b0.x, b0.v[3:], om[2:3]])
     yield "ball on turntable", ball, b0, dt, steps, _turntable_rk4(ball, dt, steps), y0
@@ -475,7 +474,7 @@ def speed(fast):
 
         # first calls, before anything else compiles this structure: the costs a user sees
         # once per process and system structure (later calls hit the compilation caches)
-        t0 = time.perf_counter()
+        t0 = timer()
         jax.block_until_ready(
             jax.jit(
                 lambda s, system=system, dt=dt, steps=steps: gj.simulate(
@@ -483,11 +482,11 @@ def speed(fast):
                 )
             )(s0)
         )
-        first[f"{name}: jitted first call s"] = time.perf_counter() - t0
+        first[f"{name}: jitted first call s"] = t0.elapsed
         for i in range(2):
-            t0 = time.perf_counter()
+            t0 = timer()
             jax.block_until_ready(gj.simulate(system, gj.NonholonomicVI(), s0, dt, steps))
-            first[f"{name}: eager call {i + 1} s"] = time.perf_counter() - t0
+            first[f"{name}: eager call {i + 1} s"] = t0.elapsed
         residual = {
             k: float(gj.simulate(system, m, s0, dt, steps).max_residual) for k, m in methods.items()
         }
@@ -652,7 +651,7 @@ def main():
     import sys
 
     fast = fast_mode()
-    t0 = time.perf_counter()
+    t0 = timer()
     if "--ops" in sys.argv[1:]:
         rows = op_counts(fast)
         print_table(
@@ -665,7 +664,7 @@ def main():
             {
                 "fast": fast,
                 "ops": rows,
-                "wall_s": time.perf_counter() - t0,
+                "wall_s": t0.elapsed,
                 "machine": machine_info(),
             },
         )
@@ -692,7 +691,7 @@ def main():
                 "fast": fast,
                 "speed": rows,
                 "first_call": first,
-                "wall_s": time.perf_counter() - t0,
+                "wall_s": t0.elapsed,
                 "machine": machine_info(),
             },
         )
@@ -734,7 +733,7 @@ def main():
             "cost": rows,
             "accuracy": acc,
             "curves": curves,
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": t0.elapsed,
             "machine": machine_info(),
         },
     )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
@@ -90,6 +89,7 @@ def run_mujoco_loop(ticks=300, horizon=30, iterations=1, angle=1.0):
     import jax
     import jax.numpy as jnp
     import mujoco
+    from common import timer
 
     import geomjax as gj
     from geomjax.control import ILQR, MPC, OnlineMPC
@@ -105,24 +105,24 @@ def run_mujoco_loop(ticks=300, horizon=30, iterations=1, angle=1.0):
     dt = float(problem.dt)
     latencies, torques = [], []
     first = None
-    t_start = time.perf_counter()
+    t_start = timer()
     for k in range(ticks):
-        t0 = time.perf_counter()
+        t0 = timer()
         R = _quat_to_matrix(data.qpos[3:7])
         omega = np.array(data.qvel[3:6])  # body frame (MuJoCo's free joint)
         x = gj.RigidBodyState(jnp.asarray(R), jnp.asarray(inertia * omega))
         u, plan = online.step(plan, x, k * dt)
         u = np.asarray(jax.device_get(u))
         data.xfrc_applied[body, 3:6] = R @ u  # the body torque in the world frame
-        t1 = time.perf_counter()
+        t1 = t0.elapsed
         if k == 0:
-            first = t1 - t0
+            first = t1
         else:
-            latencies.append(t1 - t0)
+            latencies.append(t1)
         torques.append(u)
         for _ in range(SUBSTEPS):
             mujoco.mj_step(model, data)
-    wall = time.perf_counter() - t_start
+    wall = t_start.elapsed
     breakdown = _tick_breakdown(online, plan, x, k * dt)
     return dict(
         breakdown=breakdown,
@@ -147,6 +147,7 @@ def _tick_breakdown(online, plan, x, t, repeats=300, make_state=None, only=None)
     reading ``u`` back to NumPy."""
     import jax
     import jax.numpy as jnp
+    from common import measure_side_by_side
 
     import geomjax as gj
     from geomjax.control.mpc import _online_step, _signature, _structure
@@ -181,15 +182,9 @@ def _tick_breakdown(online, plan, x, t, repeats=300, make_state=None, only=None)
     )
     if only is not None:  # a subset (the filter_jit forms compile the step a second time)
         parts = {name: parts[name] for name in only}
-    times = {name: [] for name in parts}
-    for fn in parts.values():
-        fn()
-    for _ in range(repeats):  # interleaved: every part sees the same load
-        for name, fn in parts.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: 1e6 * float(np.median(ts)) for name, ts in times.items()}
+    # a first call each, then interleaved rounds: every part sees the same load
+    timed = measure_side_by_side(parts, rounds=repeats, block=False)
+    return {name: 1e6 * t.run_s for name, t in timed.items()}
 
 
 # --- the quadrotor: crocoddyl's example flown in MuJoCo ------------------------------------------
@@ -313,6 +308,7 @@ def run_quadrotor_loop(
     import jax
     import jax.numpy as jnp
     import mujoco
+    from common import timer
 
     import geomjax as gj
     from geomjax.control import ILQR, MPC, OnlineMPC
@@ -338,11 +334,11 @@ def run_quadrotor_loop(
     health = []  # each tick's (status, stationarity), read back after the loop
     first = None
     k = 0
-    t_start = time.perf_counter()
+    t_start = timer()
     start = np.array(data.qpos[:3])
     for leg, goal in enumerate(waypoints):
         for j in range(ticks_per_leg):
-            t0 = time.perf_counter()
+            t0 = timer()
             w = _min_jerk(start, goal, j * dt / ramp if ramp > 0 else 1.0)
             g = mujoco_pose(data)
             g[:3, 3] -= w  # relative to the waypoint: the model's target is the origin
@@ -353,11 +349,11 @@ def run_quadrotor_loop(
             u, plan = online.step(plan, x, k * dt)
             u = np.asarray(jax.device_get(u))
             data.ctrl[:] = u
-            t1 = time.perf_counter()
+            t1 = t0.elapsed
             if first is None:
-                first = t1 - t0
+                first = t1
             else:
-                latencies.append(t1 - t0)
+                latencies.append(t1)
             thrusts.append(u)
             legs.append(leg)
             health.append((plan.status, plan.stationarity))
@@ -366,7 +362,7 @@ def run_quadrotor_loop(
             positions.append(np.array(data.qpos[:3]))
             k += 1
         start = goal
-    wall = time.perf_counter() - t_start
+    wall = t_start.elapsed
     parts = {}
     if breakdown:  # after the loop: the parts of the last tick timed alone
         g_now, mu_now = np.asarray(x.g), np.asarray(x.mu)

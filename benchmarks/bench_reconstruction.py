@@ -23,15 +23,22 @@ right-hand side from Python (SciPy's own loop); that per-call overhead is part o
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, machine_info, print_table, save_figure, write_json
+from common import (
+    RESULTS,
+    fast_mode,
+    machine_info,
+    measure,
+    print_table,
+    save_figure,
+    timer,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -54,15 +61,6 @@ def _final(method, recon, T):
         return jax.lax.fori_loop(0, n, body, state0)
 
     return jax.jit(go)
-
-
-def _median_time(fn, repeats=3):
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def _hat(w):
@@ -92,14 +90,14 @@ def turntable_problem():
     s0 = rec.state(jnp.asarray(R0.T), S.momentum_map(q0, qd0), spatial=True)
 
     def full_tol(rtol):
-        t0 = time.perf_counter()
-        sol = _with_tol(
-            rtol,
-            lambda: ref.ball_on_turntable(
-                path, T, a=a, Omega=Om, R0=R0, omega_z0=wz, t_eval=[0.0, T]
-            ),
-        )
-        return sol, time.perf_counter() - t0
+        with timer() as t:
+            sol = _with_tol(
+                rtol,
+                lambda: ref.ball_on_turntable(
+                    path, T, a=a, Omega=Om, R0=R0, omega_z0=wz, t_eval=[0.0, T]
+                ),
+            )
+        return sol, t.s
 
     def attitude(state):
         return np.asarray(rec.configuration(state, T)[1])
@@ -139,14 +137,14 @@ def deforming_problem():
     s0 = rec.state(momentum=jnp.asarray(L0), spatial=True)
 
     def full_tol(rtol):
-        t0 = time.perf_counter()
-        sol = _with_tol(
-            rtol,
-            lambda: ref.core_with_masses(
-                shape, T, inertia=inertia, masses=masses, L0=L0, t_eval=[0, T]
-            ),
-        )
-        return sol, time.perf_counter() - t0
+        with timer() as t:
+            sol = _with_tol(
+                rtol,
+                lambda: ref.core_with_masses(
+                    shape, T, inertia=inertia, masses=masses, L0=L0, t_eval=[0, T]
+                ),
+            )
+        return sol, t.s
 
     return dict(name="deforming body (μ ≠ 0)", rec=rec, s0=s0, T=T, full_tol=full_tol,
                 attitude=lambda s: np.asarray(s.g), ref_key="R")  # fmt: skip
@@ -168,12 +166,12 @@ def ball_in_ball_problem():
         return r * jnp.stack([jnp.sin(th) * jnp.cos(ph), jnp.sin(th) * jnp.sin(ph), jnp.cos(th)])
 
     def full_tol(rtol):
-        t0 = time.perf_counter()
-        sol = _with_tol(
-            rtol, lambda: ref.ball_in_ball(r21, T, L0=L0, spin0=spin, t_eval=[0.0, T], **BB)
-        )
-        sol.parts["R"] = sol["R1"]
-        return sol, time.perf_counter() - t0
+        with timer() as t:
+            sol = _with_tol(
+                rtol, lambda: ref.ball_in_ball(r21, T, L0=L0, spin0=spin, t_eval=[0.0, T], **BB)
+            )
+            sol.parts["R"] = sol["R1"]
+        return sol, t.s
 
     first, _ = full_tol(1e-12)
     w1, w3 = first["w1"][0], first["w3"][0]
@@ -200,13 +198,13 @@ def accuracy_cost(fast):
         for mname, method in (("MomentumLGVI", rc.MomentumLGVI()),
                               ("ReconstructionRKMK4", rc.ReconstructionRKMK4())):  # fmt: skip
             go = _final(method, prob["rec"], prob["T"])
-            t0 = time.perf_counter()
-            jax.block_until_ready(go(prob["s0"], ns[0]))
-            compile_s = time.perf_counter() - t0
+            with timer() as t:
+                jax.block_until_ready(go(prob["s0"], ns[0]))
+            compile_s = t.s
             for n in ns:
-                s = go(prob["s0"], n)
-                err = float(np.abs(prob["attitude"](s) - exact).max())
-                run = _median_time(lambda n=n: go(prob["s0"], n))
+                timing = measure(go, prob["s0"], n, repeats=3)  # a warm-up call, 3 timed
+                err = float(np.abs(prob["attitude"](timing.out) - exact).max())
+                run = timing.run_s
                 rows.append(dict(system=prob["name"], method=mname, setting=f"n={n}", error=err,
                                  run_s=run, compile_s=compile_s))  # fmt: skip
         for tol in tols:
@@ -253,10 +251,9 @@ def holonomy_batch(fast):
     T = 2 * np.pi
     batched = jax.jit(jax.vmap(lambda p: rc.holonomy(S, _loop, T, steps, params=p)))
     Pj = jnp.asarray(P)
-    t0 = time.perf_counter()
-    hol = np.asarray(jax.block_until_ready(batched(Pj)))
-    compile_s = time.perf_counter() - t0
-    run_s = _median_time(lambda: batched(Pj))
+    timing = measure(batched, Pj, repeats=3)
+    # compile_s: the first call (compilation + one run), as before
+    hol, compile_s, run_s = np.asarray(timing.out), timing.first_s, timing.run_s
     n_check = 3 if fast else 10
 
     # one compiled (r, ṙ, r̈)(p, t) for all loops, so DOP853 is timed without compiles
@@ -282,12 +279,12 @@ def holonomy_batch(fast):
     # none does, the most accurate one: the ratio is then a lower bound)
     dop = None
     for tol in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12):
-        t0 = time.perf_counter()
-        errs = [
-            np.abs(_with_tol(tol, lambda p=p: full(p))["R"][-1] - ex).max()
-            for p, ex in zip(P[:n_check], exact)
-        ]
-        per_loop = (time.perf_counter() - t0) / n_check
+        with timer() as t:
+            errs = [
+                np.abs(_with_tol(tol, lambda p=p: full(p))["R"][-1] - ex).max()
+                for p, ex in zip(P[:n_check], exact)
+            ]
+        per_loop = t.s / n_check
         reached = max(errs) <= lib_err
         if dop is None or reached or max(errs) < dop["error"]:
             dop = dict(rtol=tol, error=float(max(errs)), s_per_loop=per_loop, reached=reached)
@@ -340,7 +337,7 @@ def plot(rows, P, hol, path):
 
 def main():
     fast = fast_mode()
-    t0 = time.perf_counter()
+    total = timer()
     rows = accuracy_cost(fast)
     print_table(
         rows,
@@ -369,7 +366,7 @@ def main():
             "fast": fast,
             "accuracy_cost": rows,
             "holonomy_batch": hb,
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": total.elapsed,
             "machine": machine_info(),
         },
     )

@@ -27,12 +27,21 @@ slow (the per-point time is what is compared).  geomstats 2.8 still imports ``nu
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, print_table, save_figure, time_jitted, write_json
+from common import (
+    RESULTS,
+    compile_timed,
+    fast_mode,
+    measure,
+    print_table,
+    save_figure,
+    time_jitted,
+    timer,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -125,31 +134,17 @@ def time_chunked(fn, arrays, chunk, repeats):
     """Jit ``fn`` for one chunk of the batch and time a Python loop over the chunks (bounded memory
     for the n³ tensors).  Returns ``(compile_s, run_s, output)``."""
     N = arrays[0].shape[0]
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*(a[:chunk] for a in arrays)).compile()
-    compile_s = time.perf_counter() - t0
+    compiled, compile_s = compile_timed(fn, *(a[:chunk] for a in arrays))
 
     def run():
-        outs = [compiled(*(a[s : s + chunk] for a in arrays)) for s in range(0, N, chunk)]
-        return jax.block_until_ready(outs)
+        return [compiled(*(a[s : s + chunk] for a in arrays)) for s in range(0, N, chunk)]
 
-    out = np.concatenate([np.asarray(o) for o in run()])  # warm-up
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - t0)
-    return compile_s, float(np.median(samples)), out
+    timing = measure(run, repeats=repeats)  # a warm-up call, then the samples
+    return compile_s, timing.run_s, np.concatenate([np.asarray(o) for o in timing.out])
 
 
 def time_numpy(fn, *args, repeats=3):
-    fn(*args)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn(*args)
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+    return measure(fn, *args, repeats=repeats, block=False).run_s
 
 
 def geomstats_metric(ns, params, n):
@@ -350,15 +345,13 @@ def bench_pr801(ns):
         ),
     ):
         vg = jax.value_and_grad(make_objective(accel))
-        t0 = time.perf_counter()
-        compiled = jax.jit(vg).lower(jnp.asarray(v0)).compile()
-        c = time.perf_counter() - t0
+        compiled, c = compile_timed(vg, jnp.asarray(v0))
         jax.block_until_ready(compiled(v0))
-        t0 = time.perf_counter()
+        t0 = timer()
         for _ in range(10):
             out = compiled(v0)
         jax.block_until_ready(out)
-        r = time.perf_counter() - t0
+        r = t0.elapsed
         val, grad = float(out[0]), np.asarray(out[1])
         ref = ref or (val, grad, r)
         rows.append(
@@ -371,14 +364,14 @@ def bench_pr801(ns):
             }
         )
     vg_np = numpy_pr801()
-    t0 = time.perf_counter()
+    t0 = timer()
     for _ in range(10):
         val, grad = vg_np(v0)
     rows.append(
         {
             "impl": "numpy RK4 + central-difference grad",
             "compile_s": None,
-            "run_10x_s": time.perf_counter() - t0,
+            "run_10x_s": t0.elapsed,
             "value": float(val),
             "grad_diff": float(np.abs(grad - ref[1]).max()),
         }
@@ -395,14 +388,14 @@ def bench_pr801(ns):
             return gs.sum(delta**2)
 
         obj = gs.autodiff.value_and_grad(objective)
-        t0 = time.perf_counter()
+        t0 = timer()
         for _ in range(10):
             val, grad = obj(gs.array(v0))
         rows.append(
             {
                 "impl": f"geomstats {ns['version']} (autograd)",
                 "compile_s": None,
-                "run_10x_s": time.perf_counter() - t0,
+                "run_10x_s": t0.elapsed,
                 "value": float(val),
                 "grad_diff": float(np.abs(np.asarray(grad) - ref[1]).max()),
             }

@@ -13,7 +13,6 @@ forms compute the same primitives; round-off).
 from __future__ import annotations
 
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +23,7 @@ from common import (
     machine_info,
     print_table,
     time_jitted,
+    timer,
     write_json,
 )
 
@@ -213,13 +213,13 @@ COLUMNS = [
 
 def main():
     fast = fast_mode()
-    t0 = time.perf_counter()
+    total = timer()
     rows = run(fast)
     print_table(rows, COLUMNS, title="scalarized vs array evaluation of the implicit steps")
     path = write_json(
         "scalarize", {"fast": fast, "rows": rows, "machine": machine_info(), "dtype": "float64"}
     )
-    print(f"\nwrote {path} ({time.perf_counter() - t0:.0f} s)")
+    print(f"\nwrote {path} ({total.elapsed:.0f} s)")
 
 
 if __name__ == "__main__":

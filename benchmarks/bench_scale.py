@@ -28,9 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -38,13 +36,17 @@ import jax.numpy as jnp
 import numpy as np
 from common import (
     RESULTS,
+    compile_timed,
     compiled_memory,
     fast_mode,
+    fresh_process,
     measure_copy_bandwidth,
+    measure_side_by_side,
     peak_bandwidth_gbs,
     print_table,
     save_figure,
     time_jitted,
+    timer,
     write_json,
 )
 
@@ -138,40 +140,21 @@ def _compile(fn, args, newton=None):
     """Compile ``jax.jit(fn)`` for ``args`` (traced under a Newton loop form); ``(compiled, s)``."""
 
     def build():
-        t0 = time.perf_counter()
-        compiled = jax.jit(fn).lower(*args).compile()
-        return compiled, time.perf_counter() - t0
+        return compile_timed(fn, *args)
 
     return build() if newton is None else _with_newton(newton, build)
 
 
-def _run_time(compiled, args, min_time: float) -> float:
-    """Seconds per call: median of 3 blocks of calls, each block at least ``min_time / 3``."""
-    jax.block_until_ready(compiled(*args))  # warm-up
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    per_block = max(1, int(min_time / 3 / max(time.perf_counter() - t0, 1e-7)))
-    samples = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(per_block):
-            out = compiled(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / per_block)
-    return float(np.median(samples))
-
-
 def _time_all(impls: dict, fast: bool, passes: int = 3) -> dict:
-    """Compile every implementation once, then time them in interleaved passes and keep each
-    one's best pass: on a shared, loaded CPU the timings are bimodal and drift, and
-    interleaving exposes every implementation to the same conditions."""
+    """Compile every implementation once, then time them in interleaved rounds (3 per pass,
+    each a block of calls of about ``min_time / 3``) and keep each one's median round: on a
+    shared, loaded CPU the timings are bimodal and drift, and interleaving exposes every
+    implementation to the same conditions."""
     compiled = {name: _compile(fn, a, nw) for name, (fn, a, nw) in impls.items()}
-    best = {}
-    for _ in range(passes):
-        for name, (_, a, _) in impls.items():
-            r = _run_time(compiled[name][0], a, 0.2 if fast else 0.6)
-            best[name] = min(best.get(name, r), r)
-    return {name: (compiled[name][1], best[name]) for name in impls}
+    calls = {name: (lambda c=compiled[name][0], a=a: c(*a)) for name, (_, a, _) in impls.items()}
+    min_time = 0.2 if fast else 0.6  # seconds per pass
+    res = measure_side_by_side(calls, rounds=3 * passes, min_time=passes * min_time)
+    return {name: (compiled[name][1], res[name].run_s) for name in impls}
 
 
 # ------------------------------------------------------------------------------------------
@@ -282,21 +265,18 @@ def scaling(fast: bool) -> list[dict]:
         return _scaling_child(batch, steps * 5, counts + [8], "float32")
     here = Path(__file__).resolve().parent
     env = {
-        **os.environ,
         "XLA_FLAGS": (
             os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
         ).strip(),
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)]),
     }
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--scaling-child"]
-    cmd += [str(batch), str(steps), "float32"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
-    if proc.returncode:
-        print(proc.stderr[-2000:])
+    args = ["--scaling-child", batch, steps, "float32"]
+    try:
+        return fresh_process(Path(__file__).resolve(), args, env=env, timeout=1200)
+    except RuntimeError as err:
+        print(str(err)[-2000:])
         return []
-    line = next(s for s in proc.stdout.splitlines() if s.startswith("SCALING"))
-    return json.loads(line[len("SCALING") :])
 
 
 # ------------------------------------------------------------------------------------------
@@ -316,10 +296,10 @@ def precision(fast: bool) -> list[dict]:
             def run(s0, rb=rb, method=method):
                 return gj.simulate(rb, method, s0, dt, steps, save_every=save_every)
 
-            t0 = time.perf_counter()
-            sol = jax.jit(run)(s0)
-            jax.block_until_ready(sol)
-            wall = time.perf_counter() - t0
+            with timer() as t:
+                sol = jax.jit(run)(s0)
+                jax.block_until_ready(sol)
+            wall = t.s
             # errors measured in float64 from the saved states (the run's own dtype)
             R = np.asarray(sol.states.R, np.float64)
             Pi = np.asarray(sol.states.Pi, np.float64)
@@ -457,11 +437,11 @@ def main():
     argv = sys.argv[1:]
     if argv[:1] == ["--scaling-child"]:
         batch, steps, dtype = int(argv[1]), int(argv[2]), argv[3]
-        print("SCALING" + json.dumps(_scaling_child(batch, steps, [1, 2, 4], dtype)))
+        print(json.dumps(_scaling_child(batch, steps, [1, 2, 4], dtype)))  # the last line
         return
     fast = fast_mode()
     sections = _sections(argv)
-    t0 = time.perf_counter()
+    total = timer()
     device = jax.devices()[0].device_kind
     payload = {"fast": fast, "sections": list(sections), "batches": list(batch_sizes(fast))}
     print(f"backend {jax.default_backend()}, device {device}, {jax.device_count()} device(s)")
@@ -539,7 +519,7 @@ def main():
             title="(d) reverse-mode gradient over a long LGVI run (float64, batch 1)",
         )
         payload["gradient_memory"] = mem
-    payload["wall_s"] = time.perf_counter() - t0
+    payload["wall_s"] = total.elapsed
     subset = "" if set(sections) == set(SECTIONS) else "_" + "".join(sorted(sections))
     write_json(f"scale_{jax.default_backend()}{subset}", payload)
 

@@ -28,8 +28,6 @@ projected Tsit5's constraints stay at round-off; per step RATTLE costs ~0.6× Ts
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -40,6 +38,7 @@ from common import (
     print_table,
     save_figure,
     time_jitted,
+    timer,
     write_json,
 )
 
@@ -211,13 +210,13 @@ def cost(fast):
             {"method": "diffrax Tsit5 + projection", "compile_s": c, "us_per_step": 1e6 * r / steps}
         )
     dop853(dt, 10, 10)  # compile the right-hand side first
-    t0 = time.perf_counter()
-    dop853(dt, steps, steps)
+    with timer() as t:
+        dop853(dt, steps, steps)
     rows.append(
         {
             "method": "SciPy DOP853 (index-1)",
             "compile_s": None,
-            "us_per_step": 1e6 * (time.perf_counter() - t0) / steps,
+            "us_per_step": 1e6 * t.s / steps,
         }
     )
     base = rows[0]["us_per_step"]
@@ -251,7 +250,7 @@ def plot(rows, path):
 
 def main():
     fast = fast_mode()
-    t0 = time.perf_counter()
+    total = timer()
     rows, curves, T = sweep(fast)
     print_table(
         rows,
@@ -274,7 +273,7 @@ def main():
             "sweep": rows,
             "cost": crows,
             "curves": curves,
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": total.elapsed,
         },
     )
 

@@ -9,8 +9,8 @@ Tsit5 / Dopri5 / Dopri8 with adaptive steps (PID controller, rtol = atol swept),
 Problem: I = (1, 2, 3), R0 = exp(0.3, -0.2, 0.5), Pi0 = (0.8, -0.3, 1.1) (as bench_rigid_body),
 float64, batch 1.  Error: max-norm of (R, Pi) at T against SciPy DOP853 at rtol = atol = 1e-13
 on the same equations in matrix form.  Time: median wall time of the jitted run (compile time
-reported separately, once per method; best of three interleaved passes over all methods, each
-pass a median); the geomjax methods run ``method.advance`` in a ``fori_loop`` with a dynamic
+reported separately, once per method; the median of three interleaved passes over all
+methods, each of several blocks of calls); the geomjax methods run ``method.advance`` in a ``fori_loop`` with a dynamic
 step count (what ``simulate`` runs per step, without saving).  The table gives, for each method, the time needed to reach errors 1e-6, 1e-8 and 1e-10 (log–log
 interpolation between measured points) and its ratio to diffrax Tsit5.
 """
@@ -18,14 +18,20 @@ interpolation between measured points) and its ratio to diffrax Tsit5.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, print_table, save_figure, write_json
+from common import (
+    CLOCKS,
+    fast_mode,
+    measure_side_by_side,
+    print_table,
+    save_figure,
+    timer,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -61,23 +67,7 @@ def reference(T):
 # (time.process_time: all its threads).  On a shared, oversubscribed machine the wall time of a
 # run includes the time the OS gave other processes; the CPU time does not (it still includes
 # their effect on caches and shared cores), so side-by-side ratios are far steadier with it.
-CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def _median_time(fn, *args, repeats, clock=time.perf_counter):
-    jax.block_until_ready(fn(*args))
-    t0 = clock()
-    jax.block_until_ready(fn(*args))
-    one = clock() - t0
-    per = max(1, int(0.05 / max(one, 1e-7)))
-    samples = []
-    for _ in range(repeats):
-        t0 = clock()
-        for _ in range(per):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        samples.append((clock() - t0) / per)
-    return statistics.median(samples), out
+CLOCK = CLOCKS
 
 
 def geomjax_terminal(method):
@@ -211,15 +201,16 @@ def main(argv=None):
     if fast:
         methods = {k: (m, dts[:3]) for k, (m, dts) in methods.items()}
     rows, curves = [], {}
-    # Every (method, step size) point is timed in each of `passes` interleaved passes over all
-    # methods (diffrax included) and the best median is kept: on a shared CPU a whole stretch of
-    # one method's measurements can otherwise land in a slow period.
+    # Every (method, step size) point is timed in `passes` x `repeats` interleaved rounds over
+    # all methods (diffrax included; each sample a block of calls of at least 0.05 s) and the
+    # median is kept: on a shared CPU a whole stretch of one method's measurements can otherwise
+    # land in a slow period.
     points = []  # (name, label, run, args, curve key)
     for name, (method, dts) in methods.items():
         run = geomjax_terminal(method)
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(jnp.asarray(dts[0]), jnp.asarray(round(T / dts[0]))))
-        compile_s = time.perf_counter() - t0
+        with timer() as t:
+            jax.block_until_ready(run(jnp.asarray(dts[0]), jnp.asarray(round(T / dts[0]))))
+        compile_s = t.s
         curves[name] = {"param": list(dts), "error": [], "time_s": [], "compile_s": compile_s}
         for dt in dts:
             points.append(
@@ -237,9 +228,9 @@ def main(argv=None):
             ("diffrax Dopri8", diffrax.Dopri8()),
         ):
             run = diffrax_terminal(solver, T)
-            t0 = time.perf_counter()
-            jax.block_until_ready(run(jnp.asarray(tols[0])))
-            compile_s = time.perf_counter() - t0
+            with timer() as t:
+                jax.block_until_ready(run(jnp.asarray(tols[0])))
+            compile_s = t.s
             curves[name] = {
                 "param": list(tols),
                 "error": [],
@@ -249,14 +240,13 @@ def main(argv=None):
             }
             for tol in tols:
                 points.append((name, f"tol={tol:<7g}", run, (jnp.asarray(tol),)))
-    best = {}
-    for _ in range(passes):
-        for i, (_name, _label, run, args) in enumerate(points):
-            t, out = _median_time(run, *args, repeats=repeats, clock=CLOCK[clock])
-            if i not in best or t < best[i][0]:
-                best[i] = (t, out)
+    calls = {
+        i: (lambda run=run, args=args: run(*args)) for i, (_, _, run, args) in enumerate(points)
+    }
+    rounds = passes * repeats
+    timed = measure_side_by_side(calls, rounds=rounds, min_time=0.05 * rounds, clock=CLOCK[clock])
     for i, (name, label, _run, _args) in enumerate(points):
-        t, out = best[i]
+        t, out = timed[i].run_s, timed[i].out
         c = curves[name]
         y = out[0] if name.startswith("diffrax") else out
         c["error"].append(float(np.max(np.abs(np.asarray(y) - y_ref))))

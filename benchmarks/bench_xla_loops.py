@@ -21,11 +21,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
-from common import fast_mode, machine_info, print_table, run_child_json, time_jitted, write_json
+from common import (
+    fast_mode,
+    machine_info,
+    print_table,
+    run_child_json,
+    time_jitted,
+    timer,
+    write_json,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -104,7 +111,7 @@ def main(argv=None):
     if "--child" in argv:
         child(fast)
         return
-    t0 = time.perf_counter()
+    total = timer()
     best, flags = {}, {}
     for _ in range(1 if fast else 2):  # alternate the configurations, keep the best of each
         for label, default_xla in (("xla_default", True), ("geomjax", False)):
@@ -156,7 +163,7 @@ def main(argv=None):
             "fast": fast,
             "rows": rows,
             "xla_flags": flags,
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": total.elapsed,
             "machine": machine_info(),
         },
     )

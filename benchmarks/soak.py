@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -41,7 +40,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from common import print_table, write_json  # noqa: E402
+from common import print_table, timer, write_json  # noqa: E402
 
 import geomjax as gj  # noqa: E402
 from geomjax.systems import HeavyTop  # noqa: E402
@@ -96,10 +95,10 @@ def rigid_cases(steps, save, window, rows):
     I = jnp.array([0.9, 1.0, 0.4])
     free = gj.RigidBody(I)
     s0 = gj.RigidBodyState(gj.SO3.exp(jnp.array([0.4, 1.0, -0.3])), jnp.array([0.2, -0.4, 3.0]))
-    t = time.perf_counter()
+    t = timer()
     sol = gj.simulate(free, gj.LGVI(), s0, 0.01, steps, save_every=save)
     jax.block_until_ready(sol)
-    wall = time.perf_counter() - t
+    wall = t.elapsed
     R, Pi = np.asarray(sol.states.R), np.asarray(sol.states.Pi)
     E = 0.5 * np.sum(Pi**2 / np.asarray(I), -1)
     case = f"free body LGVI ({steps:.0e} steps, {wall:.0f} s)"
@@ -116,10 +115,10 @@ def rigid_cases(steps, save, window, rows):
     _row(case, "max Newton residual", float(sol.max_residual), ROUNDOFF * EPS, rows)
 
     top = gj.RigidBody(I, potential=HeavyTop(mass=1.5, gravity=9.81, rho=[0.05, -0.02, 0.3]))
-    t = time.perf_counter()
+    t = timer()
     sol = gj.simulate(top, gj.LGVI(), s0, 0.005, steps, save_every=save)
     jax.block_until_ready(sol)
-    wall = time.perf_counter() - t
+    wall = t.elapsed
     case = f"heavy top LGVI ({steps:.0e} steps, {wall:.0f} s)"
     E = np.asarray(jax.vmap(top.energy)(sol.states))
     # fastest frequency: the spin |Π|/min I, or the pendulum frequency sqrt(m g |ρ| / min I)
@@ -145,10 +144,10 @@ def nonholonomic_cases(steps, save, window, rows):
          max(3.0, np.sqrt(9.81 / 0.5))),
     ]  # fmt: skip
     for name, system, s0, dt, omega in cases:
-        t = time.perf_counter()
+        t = timer()
         sol = gj.simulate(system, gj.NonholonomicVI(), s0, dt, steps, save_every=save)
         jax.block_until_ready(sol)
-        wall = time.perf_counter() - t
+        wall = t.elapsed
         case = f"{name} NonholonomicVI ({steps:.0e} steps, {wall:.0f} s)"
         E = np.asarray(jax.vmap(system.energy)(sol.states))
         _energy_rows(case, E, rows, dt * omega, window)
@@ -179,10 +178,10 @@ def gradient_case(steps, save, rows):
         compiled = f.lower(I).compile()
         ma = compiled.memory_analysis()
         mem[ck] = getattr(ma, "temp_size_in_bytes", float("nan")) if ma is not None else np.nan
-        t = time.perf_counter()
+        t = timer()
         grads[ck] = np.asarray(compiled(I))
         if ck:
-            wall = time.perf_counter() - t
+            wall = t.elapsed
     g = grads[True]
     f0 = jax.jit(lambda m: loss(m, False))
 
@@ -288,7 +287,7 @@ def main(argv=None):
     save = 100 if quick else 1000
     window = WINDOW["ci" if quick else "full"]
     rows: list[dict] = []
-    t = time.perf_counter()
+    t = timer()
     sections = [
         (rigid_cases, (steps, save, window)),
         (nonholonomic_cases, (steps, save, window)),
@@ -301,9 +300,9 @@ def main(argv=None):
         except Exception as e:  # keep the other sections' results
             rows.append({"case": fn.__name__, "quantity": "error", "value": None, "bound": None,
                          "ok": "FAIL", "note": f"{type(e).__name__}: {e}"[:200]})  # fmt: skip
-        print(f"[soak] {fn.__name__} done at {time.perf_counter() - t:.0f} s", flush=True)
+        print(f"[soak] {fn.__name__} done at {t.elapsed:.0f} s", flush=True)
     print_table(rows, ["case", "quantity", "value", "bound", "ok", "note"],
-                title=f"geomjax soak (float64, {time.perf_counter() - t:.0f} s)")  # fmt: skip
+                title=f"geomjax soak (float64, {t.elapsed:.0f} s)")  # fmt: skip
     write_json("soak", {"quick": quick, "rows": rows})
     failed = [r for r in rows if r["ok"] != "ok"]
     if failed:
