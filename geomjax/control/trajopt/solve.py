@@ -14,6 +14,7 @@ from ..._internal import compile_cache
 from ..._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from ..._internal.tracing import any_traced, is_traced
 from ..._internal.warn import renamed
+from ...systems.base import AbstractSystem
 from .loop import Monitor, iterate
 from .problem import OptimalControlProblem
 from .solution import NONFINITE, OCPSolution
@@ -69,13 +70,22 @@ _solve_fast = top_level_options(
 )
 
 
-@quick_compiled
 def _prepare(problem):
-    """:meth:`OptimalControlProblem.prepared` ahead of an eager solve: evaluated on the host
-    (its first calls per structure, then a quick program), so that the solve's program takes
-    the inverse inertia as an input instead of computing it (the quadrotor's unrolled 6 × 6
-    inverse was a twelfth of the program; its ``prepared`` is then a no-op)."""
-    return problem.prepared()
+    """:meth:`OptimalControlProblem.prepared` ahead of an eager solve, system by system: each
+    evaluated on the host (its first calls per structure, then a quick program), so that the
+    solve's program takes the inverse inertia as an input instead of computing it (the
+    quadrotor's unrolled 6 × 6 inverse was a twelfth of the program; ``prepared`` inside it
+    then changes nothing)."""
+    return jax.tree_util.tree_map(
+        lambda x: _prepare_system(x) if isinstance(x, AbstractSystem) else x,
+        problem,
+        is_leaf=lambda x: isinstance(x, AbstractSystem),
+    )
+
+
+@quick_compiled
+def _prepare_system(system):
+    return system.prepared()
 
 
 def solve_ocp(
