@@ -16,8 +16,10 @@ crocoddyl.
     same problems solved one after another; the batch compiled by ``jax.jit``, ``geomjax.jit``
     and ``geomjax.jit(library_fusions=False)``.
 (d) compile and run speed of the solvers, each worked problem and solver in a fresh process
-    (:func:`speed_rows`): cost, iterations, compile s, ms per solve, ms per iteration and the
-    size of the solve's program (jaxpr equations, nested ones included); with
+    (:func:`speed_rows`): cost, iterations, compile s (the first solve's wall time less a
+    compiled solve's) and its phases from JAX's monitoring events (``trace_s``: Python to
+    jaxpr, ``lower_s``: to StableHLO, ``xla_s``: XLA's compilation), ms per solve, ms per
+    iteration and the size of the solve's program (jaxpr equations, nested ones included); with
     ``--baseline PATH`` (or ``GEOMJAX_BASELINE``: another geomjax checkout, e.g. the main
     branch) the same measurements of that checkout in the same run, alternated, and the
     ratios.
@@ -536,10 +538,13 @@ def _speed_worker(case, solver_name):
     prob, max_iters = _speed_problem(case)
     tol = 1e-9 if case.startswith("quadrotor") else None
     solver = {"ILQR": ILQR, "DDP": DDP}[solver_name](tol=tol)
-    t0 = time.perf_counter()
-    sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
-    jax.block_until_ready(sol.controls)
+    phases = _CompilePhases()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    with phases:
+        sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
+        jax.block_until_ready(sol.controls)
     first = time.perf_counter() - t0
+    first_cpu = time.process_time() - cpu0
     walls = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -553,10 +558,48 @@ def _speed_worker(case, solver_name):
         cost=float(sol.cost),
         iterations=n,
         compile_s=first - min(walls),
+        first_s=first,
+        first_cpu_s=first_cpu,
+        **phases.seconds(),
         ms_per_solve=1e3 * min(walls),
         ms_per_iter=1e3 * min(walls) / n,
         jaxpr_eqns=_count_equations(jaxpr.jaxpr),
     )
+
+
+_PHASE_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+    "/jax/core/compile/backend_compile_duration": "xla_s",
+}
+
+
+class _CompilePhases:
+    """The compilation by phase while in the ``with`` block, from JAX's own monitoring events:
+    ``trace_s`` (Python to jaxpr), ``lower_s`` (jaxpr to StableHLO) and ``xla_s`` (XLA's
+    compilation, or the load from JAX's persistent cache), each the longest event of its kind
+    (the solve's program; the jits traced inside it report nested events of their own, which a
+    sum would count twice).  One per process (a JAX listener cannot be removed)."""
+
+    def __init__(self):
+        self.total = dict.fromkeys(_PHASE_EVENTS.values(), 0.0)
+        self.on = False
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event, duration, **_):
+        if self.on and event in _PHASE_EVENTS:
+            key = _PHASE_EVENTS[event]
+            self.total[key] = max(self.total[key], duration)
+
+    def __enter__(self):
+        self.on = True
+        return self
+
+    def __exit__(self, *exc):
+        self.on = False
+
+    def seconds(self) -> dict:
+        return dict(self.total)
 
 
 def _batch_worker(sizes, serial):
@@ -657,6 +700,8 @@ def speed_rows(fast, checkouts):
                         solver=solver,
                         code="baseline / this",
                         compile_s=b["compile_s"] / a["compile_s"],
+                        trace_s=b["trace_s"] / a["trace_s"],
+                        xla_s=b["xla_s"] / a["xla_s"],
                         ms_per_iter=b["ms_per_iter"] / a["ms_per_iter"],
                         jaxpr_eqns=b["jaxpr_eqns"] / a["jaxpr_eqns"],
                     )
@@ -747,7 +792,7 @@ def _speed_main(fast, argv):
     checkouts = _checkouts(argv)
     srows = [] if "--batch-only" in argv else speed_rows(fast, checkouts)
     cols = ["problem", "solver", "code", "status", "cost", "iterations", "compile_s"]
-    cols += ["ms_per_solve", "ms_per_iter", "jaxpr_eqns"]
+    cols += ["trace_s", "lower_s", "xla_s", "ms_per_solve", "ms_per_iter", "jaxpr_eqns"]
     if srows:
         print_table(srows, cols, "(d) compile and run speed (each in a fresh process)")
     bcols = ["code", "mode", "problems_per_s", "converged", "max_iterations", "mean_iterations"]

@@ -689,7 +689,10 @@ class _QuadrotorResidual(eqx.Module):
 
     def __call__(self, t, x, u):
         xi = self.system.velocity(x.mu)
-        return jnp.concatenate([SE3.log(x.g), xi, u, SE3.rminus(x.g, self.target)])
+        # both logarithms as one batched call: one traced copy of SE(3)'s log (and of its
+        # derivatives in the solvers' linearization) instead of two, the same values
+        logs = SE3.log(jnp.stack([x.g, SE3.between(self.target, x.g)]))
+        return jnp.concatenate([logs[0], xi, u, logs[1]])
 
 
 class _PoseResidual(eqx.Module):

@@ -344,6 +344,28 @@ def test_worked_problems_name_bad_arguments():
         attitude_problem(steps=2.5)
 
 
+def test_quadrotor_residual_is_crocoddyls_stacked_residuals():
+    """The running residual (its two SE(3) logarithms evaluated as one batched call) is xReg
+    ``(log g, ξ)``, uReg ``u`` and trackPose ``log(g*⁻¹ g)``, each evaluated on its own."""
+    from geomjax.control.examples import quadrotor_problem
+
+    prob = quadrotor_problem(target=(0.3, -1.2, 2.0))
+    target = jnp.eye(4).at[:3, 3].set(jnp.array([0.3, -1.2, 2.0]))
+
+    @jax.jit
+    def both(key):
+        k = jax.random.split(key, 3)
+        g = gj.SE3.exp(jax.random.normal(k[0], (6,)))
+        x = type(prob.state0)(g=g, mu=jax.random.normal(k[1], prob.state0.mu.shape))
+        u = jax.random.normal(k[2], (4,))
+        want = [gj.SE3.log(g), prob.system.velocity(x.mu), u, gj.SE3.rminus(g, target)]
+        return prob.stage_cost.residual(0.0, x, u), jnp.concatenate(want)
+
+    got, want = both(jax.random.PRNGKey(3))
+    assert got.shape == (22,)
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-14)
+
+
 def test_quadrotor_system_changes_its_one_mass_everywhere():
     """``quadrotor_system(mass_scale=s)`` scales the mass of the body and of its gravity alike:
     whatever the mass, a free quadrotor falls at g (the momentum gained in one step from rest is

@@ -152,6 +152,9 @@ def test_quadrotor_with_thrust_limits_descends_and_respects_bounds():
     assert sol.stop_reason == "converged", sol.message
     us = np.asarray(sol.controls)
     assert us.min() >= 0.1 and us.max() <= 5.0
+    # the reported cost is the solver's own (no second evaluation in its program): it is the
+    # cost of the returned trajectory, evaluated here again
+    np.testing.assert_allclose(sol.cost, prob.cost(sol.states, sol.controls), rtol=1e-13)
     n = int(sol.iterations)
     costs = np.asarray(sol.history["cost"][:n])
     assert np.all(np.diff(costs) <= 1e-12 * costs[0])

@@ -250,7 +250,9 @@ class OptimalControlProblem(eqx.Module):
         :meth:`~geomjax.systems.base.AbstractSystem.prepared`: state-independent quantities such
         as the inverse inertia computed once, at the top of a solver's program, instead of in
         each traced copy of the step, the costs and their derivatives (the quadrotor's program
-        is a quarter smaller).  Equal in value; only for use inside that program."""
+        is a quarter smaller).  Equal in value; only for use inside that program (an eager
+        :func:`~geomjax.control.trajopt.solve_ocp` prepares the problem on the host before
+        its program, which then computes nothing of it)."""
         return prepare_systems(self)
 
     def rollout(self, us):

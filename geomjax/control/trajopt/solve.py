@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._internal import compile_cache
-from ..._internal.eager import LEGACY_EMITTERS, top_level_options
+from ..._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from ..._internal.tracing import any_traced, is_traced
 from ..._internal.warn import renamed
+from ...systems.base import AbstractSystem
 from .loop import Monitor, iterate
 from .problem import OptimalControlProblem
 from .solution import NONFINITE, OCPSolution
@@ -67,6 +68,24 @@ _solve = top_level_options(_solve_traced, LEGACY_EMITTERS, small_loops=True)
 _solve_fast = top_level_options(
     _solve_traced, LEGACY_EMITTERS, small_loops=True, library_fusions=False
 )
+
+
+def _prepare(problem):
+    """:meth:`OptimalControlProblem.prepared` ahead of an eager solve, system by system: each
+    evaluated on the host (its first calls per structure, then a quick program), so that the
+    solve's program takes the inverse inertia as an input instead of computing it (the
+    quadrotor's unrolled 6 × 6 inverse was a twelfth of the program; ``prepared`` inside it
+    then changes nothing)."""
+    return jax.tree_util.tree_map(
+        lambda x: _prepare_system(x) if isinstance(x, AbstractSystem) else x,
+        problem,
+        is_leaf=lambda x: isinstance(x, AbstractSystem),
+    )
+
+
+@quick_compiled
+def _prepare_system(system):
+    return system.prepared()
 
 
 def solve_ocp(
@@ -151,6 +170,8 @@ def solve_ocp(
         lambda v: jnp.asarray(v, problem.dtype) if isinstance(v, float) else v, solver
     )
     eager = not any_traced(problem, solver, us, xs)
+    if eager:
+        problem = _prepare(problem)
     if not eager:
         sol = solve(problem, solver, us, xs, int(max_iters))
     else:

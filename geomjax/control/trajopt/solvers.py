@@ -563,13 +563,17 @@ def _ddp_step(solver: AbstractDDPSolver, problem, s: DDPState) -> DDPState:
 
 
 def _ddp_postprocess(problem, s: DDPState) -> OCPSolution:
+    # without constraint terms the state's cost is the trajectory's cost (Σ dt·l + Φ, summed in
+    # another order): no further traced copy of the costs in the solver's program (the
+    # quadrotor's SE(3) logarithms were an eighth of it)
+    cost = problem.cost(s.xs, s.us) if problem.constrained else s.cost
     return OCPSolution(
         times=_node_times(problem),
         states=s.xs,
         controls=s.us,
         K=s.K,
         k=s.k,
-        cost=problem.cost(s.xs, s.us),
+        cost=cost,
         violation=jnp.maximum(
             problem.violation(s.xs, s.us),
             jnp.where(s.feasible, 0.0, jnp.inf),  # gaps left open: not a trajectory
