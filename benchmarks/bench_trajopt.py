@@ -32,6 +32,10 @@ crocoddyl.
     (CasADi, when importable) and crocoddyl's BoxFDDP (imported in this process when available,
     e.g. run with a Python that has crocoddyl; skipped otherwise), and per solver the median and
     largest iteration count.  ``--random-targets-only``: (f) alone.
+(g) ``--vs-crocoddyl-batch`` (alone; run with a Python that imports crocoddyl): batches of 256 and
+    1024 unbounded quadrotor problems under ``vmap`` in one program against the same iLQR solves
+    one after another and crocoddyl's FDDP one after another, all in this process, rounds
+    interleaved (:func:`crocoddyl_batch_rows`); ``bench_trajopt_batch_crocoddyl.json``.
 Table + JSON (``benchmarks/results/bench_trajopt.json``), and a plot of the cost against wall
 time per solver for (a) and (b) (``benchmarks/results/bench_trajopt.png``).
 """
@@ -144,6 +148,19 @@ def crocoddyl_box_fddp(target, max_iters=200):
     """crocoddyl's bounded quadrotor (``quadrotor_ubound.py``: thrusts in [0.1, 5]) to the pose
     ``(I, target)`` solved by ``SolverBoxFDDP`` from zero controls in THIS process (the peer timed
     beside geomjax, rounds interleaved by the caller); None when crocoddyl is not importable."""
+    solver = crocoddyl_quadrotor_solver(target, bounded=True)
+    if solver is None:
+        return None
+    t0 = time.perf_counter()
+    solver.solve([], [], max_iters)
+    wall = time.perf_counter() - t0
+    return dict(cost=float(solver.cost), iterations=int(solver.iter), wall_s=wall)
+
+
+def crocoddyl_quadrotor_solver(target, bounded):
+    """crocoddyl's quadrotor example to the pose ``(I, target)``: ``SolverBoxFDDP`` with the
+    thrusts in [0.1, 5] (``quadrotor_ubound.py``) or ``SolverFDDP`` without bounds
+    (``quadrotor_fwddyn.py``), built and not yet solved; None when crocoddyl is not importable."""
     crocoddyl = _crocoddyl_module()
     if crocoddyl is None:
         return None
@@ -190,14 +207,14 @@ def crocoddyl_box_fddp(target, max_iters=200):
         return crocoddyl.IntegratedActionModelEuler(dam, 3e-2)
 
     running, terminal = integrated(run), integrated(term)
-    running.u_lb, running.u_ub = np.full(4, 0.1), np.full(4, 5.0)
+    if bounded:
+        running.u_lb, running.u_ub = np.full(4, 0.1), np.full(4, 5.0)
     x0 = np.concatenate([hector.q0, np.zeros(state.nv)])
     problem = crocoddyl.ShootingProblem(x0, [running] * 33, terminal)
-    solver = crocoddyl.SolverBoxFDDP(problem)
-    t0 = time.perf_counter()
-    solver.solve([], [], max_iters)
-    wall = time.perf_counter() - t0
-    return dict(cost=float(solver.cost), iterations=int(solver.iter), wall_s=wall)
+    # one thread, as geomjax's solve: crocoddyl's default (all cores) waits on its own threads
+    # whenever the machine is busy (0.4-0.8 s against 0.01 s per solve on a loaded 2-core host)
+    problem.nthreads = 1
+    return crocoddyl.SolverBoxFDDP(problem) if bounded else crocoddyl.SolverFDDP(problem)
 
 
 def _ipopt_target(target):
@@ -656,6 +673,111 @@ def _batch_worker(sizes, serial):
     return rows
 
 
+def crocoddyl_batch_rows(fast, rounds=3):
+    """(g) batches against crocoddyl, in THIS process: crocoddyl's unbounded quadrotor to targets
+    uniform within ±1 m of (1, 0, 1), geomjax's iLQR (``tol=1e-9``, crocoddyl's ``th_stop``)
+    under ``vmap`` at batch 256 and 1024 (compiled by ``jax.jit`` and by
+    ``geomjax.jit(library_fusions=False)``), the same solve one problem after another (one
+    compiled program reused), and crocoddyl's ``SolverFDDP`` one after another on the first
+    ``serial`` targets (problems built beforehand: its solves alone are timed).  ``rounds``
+    rounds, each measurement once per round, interleaved; the median wall time of each.  Rows:
+    mode, problems/s, converged, mean iterations, compile s, on how many of the shared targets
+    the cost ends above and below crocoddyl's by more than 1e-6 relative (the problem has several
+    local optima), and the rates over geomjax's serial and crocoddyl's serial ones."""
+    sizes, serial = ((8, 32), 8) if fast else ((256, 1024), 64)
+    rng = np.random.default_rng(1)
+    targets = np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (max(sizes), 3))
+
+    def one(target):
+        return solve_ocp(quadrotor_problem(target=target), ILQR(tol=1e-9), max_iters=100)
+
+    modes = {}  # name -> (count, run(), compile_s)
+    for B in sizes:
+        T = jnp.asarray(targets[:B])
+        for label, jit in (("jax.jit", jax.jit), ("geomjax.jit(library_fusions=False)", None)):
+            fn = jax.vmap(one)
+            fn = jax.jit(fn) if jit is not None else gj.jit(fn, library_fusions=False)
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(T).controls)  # compile and a first run
+            first = time.perf_counter() - t0
+            modes[f"geomjax vmap {B}, {label}"] = (B, lambda fn=fn, T=T: fn(T), first)
+    single = jax.jit(one)
+    T1 = jnp.asarray(targets[:serial])
+    t0 = time.perf_counter()
+    jax.block_until_ready(single(T1[0]).controls)
+    first = time.perf_counter() - t0
+
+    def serial_geomjax():
+        return [single(t) for t in T1]
+
+    modes["geomjax one after another (jax.jit)"] = (serial, serial_geomjax, first)
+    croc = [
+        crocoddyl_quadrotor_solver(tuple(map(float, t)), bounded=False) for t in targets[:serial]
+    ]
+    if croc[0] is not None:
+
+        def serial_crocoddyl():
+            for solver in croc:
+                solver.solve([], [], 100)
+            return croc
+
+        modes["crocoddyl FDDP one after another"] = (serial, serial_crocoddyl, 0.0)
+    walls = {name: [] for name in modes}
+    outs = {}
+    for _ in range(rounds):
+        for name, (_count, run, _first) in modes.items():
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(run())
+            walls[name].append(time.perf_counter() - t0)
+            outs[name] = out
+    ref = None
+    if "crocoddyl FDDP one after another" in outs:
+        ref = np.array([s.cost for s in outs["crocoddyl FDDP one after another"]])
+    rows = []
+    for name, (count, _, compile_s) in modes.items():
+        out = outs[name]
+        if name.startswith("crocoddyl"):
+            cost = np.array([s.cost for s in out])
+            status = np.zeros(
+                count, int
+            )  # crocoddyl reports no status: its costs are the reference
+            its = np.array([s.iter for s in out])
+        elif isinstance(out, list):
+            cost = np.array([float(s.cost) for s in out])
+            status = np.array([int(s.status) for s in out])
+            its = np.array([int(s.iterations) for s in out])
+        else:
+            cost, status, its = (np.asarray(a) for a in (out.cost, out.status, out.iterations))
+        shared = min(len(cost), serial)
+        # several local optima: how many of the shared targets end above / below crocoddyl's
+        rel = (cost[:shared] - ref[:shared]) / ref[:shared] if ref is not None else np.zeros(0)
+        vs = (
+            f"{int(np.sum(rel > 1e-6))} above, {int(np.sum(rel < -1e-6))} below"
+            if len(rel)
+            else "-"
+        )
+        rows.append(
+            dict(
+                mode=name,
+                problems=count,
+                problems_per_s=count / float(np.median(walls[name])),
+                converged="-"
+                if name.startswith("crocoddyl")
+                else f"{int(np.sum(status == 0))}/{count}",
+                mean_iterations=float(np.mean(its)),
+                compile_s=max(compile_s - float(np.median(walls[name])), 0.0),
+                cost_vs_crocoddyl=vs,
+            )
+        )
+    base = {r["mode"]: r["problems_per_s"] for r in rows}
+    serial_rate = base["geomjax one after another (jax.jit)"]
+    croc_rate = base.get("crocoddyl FDDP one after another", float("nan"))
+    for r in rows:
+        r["x_geomjax_serial"] = r["problems_per_s"] / serial_rate
+        r["x_crocoddyl_serial"] = r["problems_per_s"] / croc_rate
+    return rows
+
+
 def _in_fresh_process(checkout, args, timeout=1800):
     """Run this script's worker ``args`` in a new Python whose ``geomjax`` is ``checkout``'s."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(checkout), str(_HERE)]))
@@ -731,6 +853,11 @@ def main(argv=None):
     fast = fast_mode(argv)
     if "--speed-only" in argv or "--batch-only" in argv:  # (d) and (e) alone, or (e)
         _speed_main(fast, argv)
+        return
+    if "--vs-crocoddyl-batch" in argv:  # (g) alone (crocoddyl importable in this Python)
+        grows = crocoddyl_batch_rows(fast)
+        print_table(grows, list(grows[0]), "(g) batches against crocoddyl, one process")
+        write_json("bench_trajopt_batch_crocoddyl", dict(rows=grows, load_average=os.getloadavg()))
         return
     if "--random-targets-only" in argv:  # (f) alone
         trows = random_target_rows(fast)
