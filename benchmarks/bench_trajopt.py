@@ -47,12 +47,13 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, print_table, write_json
+from common import fast_mode, measure_side_by_side, print_table, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -679,11 +680,11 @@ def crocoddyl_batch_rows(fast, rounds=3):
     under ``vmap`` at batch 256 and 1024 (compiled by ``jax.jit`` and by
     ``geomjax.jit(library_fusions=False)``), the same solve one problem after another (one
     compiled program reused), and crocoddyl's ``SolverFDDP`` one after another on the first
-    ``serial`` targets (problems built beforehand: its solves alone are timed).  ``rounds``
-    rounds, each measurement once per round, interleaved; the median wall time of each.  Rows:
-    mode, problems/s, converged, mean iterations, compile s, on how many of the shared targets
-    the cost ends above and below crocoddyl's by more than 1e-6 relative (the problem has several
-    local optima), and the rates over geomjax's serial and crocoddyl's serial ones."""
+    ``serial`` targets (problems built beforehand: its solves alone are timed), one thread each.
+    ``rounds`` interleaved rounds (:func:`common.measure_side_by_side`, the median).  Rows: mode,
+    problems/s, converged, mean iterations, compile s, on how many of the shared targets the cost
+    ends above and below crocoddyl's by more than 1e-6 relative (the problem has several local
+    optima), and the rates over geomjax's serial and crocoddyl's serial ones."""
     sizes, serial = ((8, 32), 8) if fast else ((256, 1024), 64)
     rng = np.random.default_rng(1)
     targets = np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (max(sizes), 3))
@@ -691,29 +692,19 @@ def crocoddyl_batch_rows(fast, rounds=3):
     def one(target):
         return solve_ocp(quadrotor_problem(target=target), ILQR(tol=1e-9), max_iters=100)
 
-    modes = {}  # name -> (count, run(), compile_s)
+    fns, counts = {}, {}
     for B in sizes:
         T = jnp.asarray(targets[:B])
-        for label, jit in (("jax.jit", jax.jit), ("geomjax.jit(library_fusions=False)", None)):
-            fn = jax.vmap(one)
-            fn = jax.jit(fn) if jit is not None else gj.jit(fn, library_fusions=False)
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(T).controls)  # compile and a first run
-            first = time.perf_counter() - t0
-            modes[f"geomjax vmap {B}, {label}"] = (B, lambda fn=fn, T=T: fn(T), first)
+        for label in ("jax.jit", "geomjax.jit(library_fusions=False)"):
+            jit = jax.jit if label == "jax.jit" else partial(gj.jit, library_fusions=False)
+            fn = jit(jax.vmap(one))
+            name = f"geomjax vmap {B}, {label}"
+            fns[name], counts[name] = (lambda fn=fn, T=T: fn(T)), B
     single = jax.jit(one)
     T1 = jnp.asarray(targets[:serial])
-    t0 = time.perf_counter()
-    jax.block_until_ready(single(T1[0]).controls)
-    first = time.perf_counter() - t0
-
-    def serial_geomjax():
-        return [single(t) for t in T1]
-
-    modes["geomjax one after another (jax.jit)"] = (serial, serial_geomjax, first)
-    croc = [
-        crocoddyl_quadrotor_solver(tuple(map(float, t)), bounded=False) for t in targets[:serial]
-    ]
+    fns["geomjax one after another (jax.jit)"] = lambda: [single(t) for t in T1]
+    counts["geomjax one after another (jax.jit)"] = serial
+    croc = [crocoddyl_quadrotor_solver(tuple(map(float, t)), False) for t in targets[:serial]]
     if croc[0] is not None:
 
         def serial_crocoddyl():
@@ -721,57 +712,46 @@ def crocoddyl_batch_rows(fast, rounds=3):
                 solver.solve([], [], 100)
             return croc
 
-        modes["crocoddyl FDDP one after another"] = (serial, serial_crocoddyl, 0.0)
-    walls = {name: [] for name in modes}
-    outs = {}
-    for _ in range(rounds):
-        for name, (_count, run, _first) in modes.items():
-            t0 = time.perf_counter()
-            out = jax.block_until_ready(run())
-            walls[name].append(time.perf_counter() - t0)
-            outs[name] = out
+        fns["crocoddyl FDDP one after another"] = serial_crocoddyl
+        counts["crocoddyl FDDP one after another"] = serial
+    timed = measure_side_by_side(fns, rounds=rounds)
     ref = None
-    if "crocoddyl FDDP one after another" in outs:
-        ref = np.array([s.cost for s in outs["crocoddyl FDDP one after another"]])
+    if croc[0] is not None:
+        ref = np.array([solver.cost for solver in croc])
     rows = []
-    for name, (count, _, compile_s) in modes.items():
-        out = outs[name]
+    for name, t in timed.items():
+        out, count = t.out, counts[name]
         if name.startswith("crocoddyl"):
-            cost = np.array([s.cost for s in out])
-            status = np.zeros(
-                count, int
-            )  # crocoddyl reports no status: its costs are the reference
-            its = np.array([s.iter for s in out])
-        elif isinstance(out, list):
-            cost = np.array([float(s.cost) for s in out])
-            status = np.array([int(s.status) for s in out])
-            its = np.array([int(s.iterations) for s in out])
+            cost, its = np.array([s.cost for s in out]), np.array([s.iter for s in out])
+            converged = "-"  # no status: its costs are the reference
         else:
-            cost, status, its = (np.asarray(a) for a in (out.cost, out.status, out.iterations))
+            if isinstance(out, list):
+                cost = np.array([float(s.cost) for s in out])
+                status = np.array([int(s.status) for s in out])
+                its = np.array([int(s.iterations) for s in out])
+            else:
+                cost, status, its = (np.asarray(a) for a in (out.cost, out.status, out.iterations))
+            converged = f"{int(np.sum(status == 0))}/{count}"
         shared = min(len(cost), serial)
         # several local optima: how many of the shared targets end above / below crocoddyl's
-        rel = (cost[:shared] - ref[:shared]) / ref[:shared] if ref is not None else np.zeros(0)
-        vs = (
-            f"{int(np.sum(rel > 1e-6))} above, {int(np.sum(rel < -1e-6))} below"
-            if len(rel)
-            else "-"
-        )
+        vs = "-"
+        if ref is not None:
+            rel = (cost[:shared] - ref[:shared]) / ref[:shared]
+            vs = f"{int(np.sum(rel > 1e-6))} above, {int(np.sum(rel < -1e-6))} below"
         rows.append(
             dict(
                 mode=name,
                 problems=count,
-                problems_per_s=count / float(np.median(walls[name])),
-                converged="-"
-                if name.startswith("crocoddyl")
-                else f"{int(np.sum(status == 0))}/{count}",
+                problems_per_s=count / t.run_s,
+                converged=converged,
                 mean_iterations=float(np.mean(its)),
-                compile_s=max(compile_s - float(np.median(walls[name])), 0.0),
+                compile_s=max(t.compile_s, 0.0) if not name.startswith("crocoddyl") else 0.0,
                 cost_vs_crocoddyl=vs,
             )
         )
-    base = {r["mode"]: r["problems_per_s"] for r in rows}
-    serial_rate = base["geomjax one after another (jax.jit)"]
-    croc_rate = base.get("crocoddyl FDDP one after another", float("nan"))
+    rate = {r["mode"]: r["problems_per_s"] for r in rows}
+    serial_rate = rate["geomjax one after another (jax.jit)"]
+    croc_rate = rate.get("crocoddyl FDDP one after another", float("nan"))
     for r in rows:
         r["x_geomjax_serial"] = r["problems_per_s"] / serial_rate
         r["x_crocoddyl_serial"] = r["problems_per_s"] / croc_rate
