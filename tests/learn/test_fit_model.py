@@ -187,6 +187,8 @@ def test_bad_solver_arguments_named():
         fit_model(student(), data, solver="lm", max_iters=0)
 
 
+@pytest.mark.long  # compiles a two-stage fit (~10 s or more), and on another xdist worker
+# than the fixture's other users it would set the fixture up again
 def test_restart_from_the_fitted_motion(fitted):
     """``restart="motion"``: a stage of longer segments starts where the previous stage's motion
     is.  Its first loss is the loss of :func:`fitting_loss` (the residuals of fixed-length
