@@ -6,6 +6,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -98,14 +99,15 @@ def test_harness_measure_separates_compile_and_picks_the_median():
 
     @jax.jit
     def f(x):
-        for _ in range(30):  # enough ops that compiling takes far longer than running
-            x = jnp.sin(x) @ x
-        return x
+        return jnp.sin(x) @ x
 
+    # a real jitted function: the bookkeeping only (no assertion on which call was faster:
+    # speed is measured in the benchmarks, the estimator is checked on a fake clock below)
     t = common.measure(f, jnp.ones((8, 8)), repeats=3)
-    assert len(t.samples) == 3 and t.calls == 1
-    assert t.first_s > t.run_s and t.compile_s > 0
+    assert len(t.samples) == 3 and t.calls == 1 and t.first_s > 0
     assert t.run_s == sorted(t.samples)[1]
+    assert t.compile_s == pytest.approx(max(t.first_s - t.run_s, 0.0))
+    np.testing.assert_allclose(t.out, jnp.sin(jnp.ones((8, 8))) @ jnp.ones((8, 8)))
 
     # a fake clock: call k of fn lasts durations[k] (the first call is the warm-up)
     durations = iter([5.0, 3.0, 1.0, 2.0, 9.0, 4.0])
