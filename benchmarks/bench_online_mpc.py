@@ -150,7 +150,9 @@ def _tick_breakdown(online, plan, x, t, repeats=300, make_state=None, only=None)
     from common import measure_side_by_side
 
     import geomjax as gj
-    from geomjax.control.mpc import _online_step, _signature, _structure
+    from geomjax._internal.aot import array_signature as _signature
+    from geomjax._internal.aot import structure as _structure
+    from geomjax.control.mpc import _online_step
 
     steps = online._steps
     tt = np.asarray(t, online.problem.dtype)

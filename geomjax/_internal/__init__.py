@@ -3,6 +3,8 @@
 - :mod:`.scalarize` — evaluate a small program scalar by scalar (a few fused kernels).
 - :mod:`.host_eval`, :mod:`.eager` — the eager tier: host evaluation of first calls, then quick
   compilation without XLA's backend optimizations.
+- :mod:`.aot` — checks remembered per signature, programs compiled ahead of time per
+  signature, bound methods that do not walk a module's leaves (control loops' ticks).
 - :mod:`.dependence` — which inputs a function's jaxpr depends on.
 - :mod:`.xla_flags` — XLA:CPU's small-loop threshold in ``XLA_FLAGS`` (opt-in).
 - :mod:`.gc_freeze` — ``gc.freeze()`` of the objects that exist (opt-in).

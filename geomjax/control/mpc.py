@@ -20,7 +20,6 @@ step in the same way).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -29,15 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.aot import CompiledPrograms, array_signature, checked_once, plain_method, structure
 from .._internal.eager import top_level_options
 from .._internal.tracing import any_traced, is_traced
 from .._internal.warn import renamed, renamed_attribute
 from .._internal.warn import warn as _warn
-from .._internal.xla_flags import (
-    no_library_fusion_options,
-    program_small_loops,
-    small_loop_options,
-)
 from ..integrators.base import AbstractMethod
 from ..results import ConvergenceError, Status
 from ..systems.base import prepare_systems
@@ -410,45 +405,6 @@ def _checked(where, problem, controller):
 
 
 # --- the closed loop --------------------------------------------------------------------------------
-# argument signatures whose traced checks passed (a check traces a plant step: ~60 ms of an eager
-# run_mpc of 100 control steps that itself runs for ~7 ms); the objects are kept with their key,
-# so that a key made of identities is never reused by another object
-_CHECKED: dict = {}
-
-
-def _checked_once(kind, tree, check):
-    """Run ``check()`` unless it already passed for arguments of the same structure, shapes,
-    dtypes and non-array leaves (by identity: a new function is checked again)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    parts = []
-    for a in leaves:
-        if is_traced(a):
-            return check()
-        if isinstance(a, jax.Array | np.ndarray | np.generic | float | int | bool):
-            parts.append((np.shape(a), str(jnp.result_type(a))))
-        elif isinstance(a, jax.ShapeDtypeStruct):
-            parts.append((a.shape, str(a.dtype)))
-        else:
-            parts.append(("object", id(a)))
-    key = (kind, treedef, tuple(parts))
-    try:
-        if key in _CHECKED:
-            return None
-    except TypeError:  # an unhashable static field: no memory of it
-        return check()
-    check()
-    if len(_CHECKED) >= 256:
-        _CHECKED.clear()
-    _CHECKED[key] = leaves
-    return None
-
-
-def _structure(x):
-    return jax.tree_util.tree_structure(x), [
-        (jnp.shape(a), jnp.result_type(a)) for a in jax.tree_util.tree_leaves(x)
-    ]
-
-
 def _control_step(problem, controller, plan, x, t):
     """One receding-horizon step: the problem from the measured state ``x`` at time ``t``,
     solved by ``controller.max_iters`` iterations from the warm start ``plan`` ``(N, m)``;
@@ -600,10 +556,10 @@ def run_mpc(
             x0 = plant_system.check_state(x0)
         except ValueError as e:
             raise ValueError(f"{where}: argument '{name}' is not a state of the plant: {e}") from e
-    if _structure(x0) != _structure(problem.state0):
+    if structure(x0) != structure(problem.state0):
         raise ValueError(
             f"{where}: argument '{name}' (the plant state) must have the structure, shapes and dtypes "
-            f"of the model's state0 {_structure(problem.state0)}, got {_structure(x0)}"
+            f"of the model's state0 {structure(problem.state0)}, got {structure(x0)}"
         )
     m, dtype = problem.control_dim, problem.dtype
     if disturbance is not None:
@@ -626,13 +582,13 @@ def run_mpc(
                 f"{where}: one step of argument 'plant_method' on 'plant_system' with a control "
                 f"of shape ({m},) failed: {type(e).__name__}: {e}"
             ) from e
-        if _structure(out) != _structure(problem.state0):
+        if structure(out) != structure(problem.state0):
             raise ValueError(
                 f"{where}: a step of the plant (arguments 'plant_system', 'plant_method') returns "
-                f"{_structure(out)}, not the model's state structure {_structure(problem.state0)}"
+                f"{structure(out)}, not the model's state structure {structure(problem.state0)}"
             )
 
-    _checked_once("plant", (plant_system, plant_method, x0, problem.dt, u_probe), check_plant)
+    checked_once("plant", (plant_system, plant_method, x0, problem.dt, u_probe), check_plant)
     us = _initial_plan(problem, renamed(controls, us, where, "controls", "us"), where)
     error = _default_error(problem) if error is None else error
     if error is None:
@@ -650,7 +606,7 @@ def run_mpc(
         if getattr(out, "shape", None) != ():
             raise ValueError(f"{where}: argument 'error' must return a scalar, got {out}")
 
-    _checked_once("error", (error, x0), check_error)
+    checked_once("error", (error, x0), check_error)
     res = _run(
         problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
     )
@@ -737,93 +693,6 @@ def _online_step_traced(problem, controller, plan, x, t):
 _online_step = top_level_options(_online_step_traced, small_loops=True, library_fusions=False)
 
 
-class _CompiledSteps:
-    """The ahead-of-time compiled steps of one :class:`OnlineMPC` (a mutable holder, hashed by
-    identity: a static field of the module).
-
-    The model problem and the settings are flattened once, at the first step: their arrays
-    (``leaves``) go to every call as a flat list, their structure and static fields are closed
-    over.  Each ``(plan, state, t)`` signature — tree structures, shapes, dtypes, weak types —
-    is lowered and compiled once with :func:`jax.jit` (``.lower(...).compile()``, the options of
-    the plain ``jit`` path, so the same program); a tick then only calls the compiled
-    executable (its C++ dispatch), without equinox's filtering of the problem's pytree."""
-
-    def __init__(self):
-        self.owner = (None, None)  # the problem and settings flattened (kept: compared by id)
-        self.leaves = None  # their arrays, flattened
-        self.treedef = None
-        self.static = None
-        self.expected = None  # the structure of the problem's state0
-        self.compiled: dict = {}
-
-    def prepared_for(self, problem, controller) -> bool:
-        return self.owner[0] is problem and self.owner[1] is controller
-
-    def prepare(self, problem, controller):
-        """Flatten ``problem`` and ``controller`` (immutable modules: the same objects, the same
-        arrays); a module rebuilt around other ones (``equinox.tree_at``) starts afresh."""
-        self.owner, self.compiled = (problem, controller), {}
-        dynamic, self.static = eqx.partition((problem, controller), eqx.is_array)
-        self.leaves, self.treedef = jax.tree_util.tree_flatten(dynamic)
-        self.expected = _structure(problem.state0)
-
-    def program(self, key, plan, x, t):
-        fn = self.compiled.get(key)
-        if fn is None:
-            treedef, static = self.treedef, self.static
-
-            def flat_step(leaves, plan, x, t):
-                problem, controller = eqx.combine(
-                    jax.tree_util.tree_unflatten(treedef, leaves), static
-                )
-                return _online_step_traced(problem, controller, plan, x, t)
-
-            # XLA:CPU's small-loop threshold for this program alone (the solver's loops as
-            # single kernels), whatever the process's XLA_FLAGS
-            options = small_loop_options()
-            small = bool(options)
-            # and XLA:CPU's own kernels for the small products (iterations 2–3× faster)
-            options.update(no_library_fusion_options())
-            with program_small_loops(small):
-                lowered = jax.jit(flat_step, compiler_options=options).lower(
-                    self.leaves, plan, x, t
-                )
-            fn = lowered.compile()
-            self.compiled[key] = fn
-        return fn
-
-
-def _signature(tree):
-    """Structure, shapes, dtypes and weak types of the array leaves of ``tree``; None when a
-    leaf is not an array (a Python number) or is traced."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    spec = []
-    for a in leaves:
-        if is_traced(a) or not isinstance(a, jax.Array | np.ndarray):
-            return None
-        spec.append((a.shape, a.dtype, bool(getattr(a, "weak_type", False))))
-    return treedef, tuple(spec)
-
-
-class _plain_method:
-    """A method of an ``equinox.Module`` whose bound form is a plain :func:`functools.partial`.
-
-    equinox makes every bound method of a module a module of its own (``BoundMethod``, a
-    pytree), built at each attribute access, and building it walks every leaf of the instance:
-    for :class:`OnlineMPC` the whole model problem, on every ``controller.step`` of a control
-    loop.  The partial is built without looking inside; it is not a pytree (``jax.jit`` of it
-    closes over the controller)."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        functools.update_wrapper(self, fn)
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return self.fn
-        return functools.partial(self.fn, obj)
-
-
 class OnlineMPC(eqx.Module):
     """Model predictive control one tick at a time, for a plant that is not a JAX function (a
     robot, another simulator): ``u, plan = controller.step(plan, measured_state, t)``.
@@ -858,11 +727,14 @@ class OnlineMPC(eqx.Module):
 
     problem: OptimalControlProblem
     controller: MPC
-    _steps: _CompiledSteps = eqx.field(static=True, repr=False)
+    _steps: CompiledPrograms = eqx.field(static=True, repr=False)
 
     def __init__(self, problem: OptimalControlProblem, controller: MPC | None = None):
         self.problem, self.controller = _checked("OnlineMPC", problem, controller)
-        self._steps = _CompiledSteps()
+        # the step compiled ahead of time per (plan, state) signature, with the solver's
+        # loops as single kernels and XLA:CPU's own kernels for the small products (iterations
+        # 2–3× faster); the same program as the plain ``jit`` path
+        self._steps = CompiledPrograms(_online_step_traced, small_loops=True, library_fusions=False)
 
     def init(self, controls=None, *, us=None) -> MPCPlan:
         """The plan before the first step: ``controls`` ``(N, m)`` as the first warm start (e.g.
@@ -878,7 +750,7 @@ class OnlineMPC(eqx.Module):
             jnp.asarray(jnp.inf, dtype),
         )
 
-    @_plain_method
+    @plain_method
     def step(self, plan: MPCPlan, state, t):
         """``(u, plan)``: the control ``(m,)`` to apply from ``state`` (measured at time ``t``)
         and the plan for the next step.  ``state`` must have the structure, shapes and dtypes of
@@ -889,26 +761,26 @@ class OnlineMPC(eqx.Module):
                 f"step), got {type(plan).__name__}"
             )
         steps = self._steps
-        if not steps.prepared_for(self.problem, self.controller):
+        if not steps.prepared_for((self.problem, self.controller)):
             if any_traced((self.problem, self.controller)):  # OnlineMPC traced (under jit)
-                if _structure(state) != _structure(self.problem.state0):
+                if structure(state) != structure(self.problem.state0):
                     raise ValueError(
                         "OnlineMPC.step: argument 'state' must have the structure, shapes and "
-                        f"dtypes of the problem's state0 {_structure(self.problem.state0)}, got "
-                        f"{_structure(state)}"
+                        f"dtypes of the problem's state0 {structure(self.problem.state0)}, got "
+                        f"{structure(state)}"
                     )
                 return self._step_traced(plan, state, t)
-            steps.prepare(self.problem, self.controller)
-        if _structure(state) != steps.expected:
+            steps.prepare((self.problem, self.controller), state=structure(self.problem.state0))
+        if structure(state) != steps.memo["state"]:
             raise ValueError(
                 "OnlineMPC.step: argument 'state' must have the structure, shapes and dtypes of "
-                f"the problem's state0 {steps.expected}, got {_structure(state)}"
+                f"the problem's state0 {steps.memo['state']}, got {structure(state)}"
             )
         if is_traced(t):
             return self._step_traced(plan, state, t)
         # an array, not a Python float: a new time must not be a new program
         t = np.asarray(t, self.problem.dtype)
-        plan_sig, state_sig = _signature(plan), _signature(state)
+        plan_sig, state_sig = array_signature(plan), array_signature(state)
         if plan_sig is None or state_sig is None:  # traced or Python numbers: the jit path
             return self._step_traced(plan, state, t)
         return steps.program((plan_sig, state_sig), plan, state, t)(steps.leaves, plan, state, t)

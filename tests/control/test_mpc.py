@@ -201,7 +201,7 @@ def test_traced_checks_run_once_per_signature():
     """run_mpc's traced checks (a plant step, the error function) are remembered per signature:
     the same structure and shapes skip the check, anything else, a new function included, runs
     it again, and a failing check is never remembered."""
-    from geomjax.control.mpc import _checked_once
+    from geomjax._internal.aot import checked_once as _checked_once
 
     calls = []
 
