@@ -5,7 +5,8 @@
   compilation without XLA's backend optimizations.
 - :mod:`.aot` — checks remembered per signature, programs compiled ahead of time per
   signature, bound methods that do not walk a module's leaves (control loops' ticks).
-- :mod:`.dependence` — which inputs a function's jaxpr depends on.
+- :mod:`.dependence` — which inputs a function's jaxpr depends on; dead-code elimination.
+- :mod:`.scalar_entries` — small leaves as scalar entries, and a jaxpr evaluator reading them.
 - :mod:`.xla_flags` — XLA:CPU's small-loop threshold in ``XLA_FLAGS`` (opt-in).
 - :mod:`.gc_freeze` — ``gc.freeze()`` of the objects that exist (opt-in).
 - :mod:`.settings` — ``geomjax.configure``, the opt-in to both.

@@ -21,11 +21,35 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jex_core
 
-__all__ = ["depends_on", "method_depends_on"]
+__all__ = ["depends_on", "live_eqns", "live_vars", "method_depends_on"]
 
 
 def _abstract(x):
     return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
+
+
+def live_eqns(eqns, outvars, *, effects: bool = True) -> list:
+    """The equations of ``eqns`` whose results reach ``outvars`` (and, with ``effects``, those
+    that have effects), in order: dead-code elimination of a jaxpr's equations, a backward
+    liveness pass."""
+    live = {v for v in outvars if isinstance(v, jex_core.Var)}
+    kept = []
+    for eqn in reversed(eqns):
+        if (effects and eqn.effects) or any(
+            isinstance(o, jex_core.Var) and o in live for o in eqn.outvars
+        ):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if isinstance(v, jex_core.Var))
+    return kept[::-1]
+
+
+def live_vars(eqns, outvars) -> set:
+    """The variables whose values reach ``outvars`` (``outvars`` included; an equation kept
+    only for its effects does not count)."""
+    live = {v for v in outvars if isinstance(v, jex_core.Var)}
+    for eqn in live_eqns(eqns, outvars, effects=False):
+        live.update(v for v in eqn.invars if isinstance(v, jex_core.Var))
+    return live
 
 
 def depends_on(fun, *args) -> tuple[bool, ...]:
@@ -37,10 +61,7 @@ def depends_on(fun, *args) -> tuple[bool, ...]:
     shapes = jax.tree_util.tree_map(_abstract, args)
     closed = jax.make_jaxpr(fun)(*shapes)
     jaxpr = closed.jaxpr
-    live = {v for v in jaxpr.outvars if isinstance(v, jex_core.Var)}
-    for eqn in reversed(jaxpr.eqns):
-        if any(isinstance(o, jex_core.Var) and o in live for o in eqn.outvars):
-            live.update(v for v in eqn.invars if isinstance(v, jex_core.Var))
+    live = live_vars(jaxpr.eqns, jaxpr.outvars)
     out, i = [], 0
     for a in shapes:
         n = len(jax.tree_util.tree_leaves(a))

@@ -53,116 +53,23 @@ over): free body LGVI batch 1 5.4× → 4.7×, batch 256 4.2× → 3.6×; Chaply
 4.0× → 2.8×, batch 256 3.8× → 2.8×; ball on a turntable batch 1 3.4× → 2.4×, batch 256 2.9× →
 2.2×.
 
-Measured in ``benchmarks/bench_adjoint.py`` (shared 2-core CPU, free body, dt 0.01, float64
-unless said; figures from before the handover and before :mod:`geomjax._internal.xla_flags` unless said):
-
-* memory: XLA temp memory of the gradient constant in the number of steps (4.4 KiB from 1e3 to
-  1e6 steps; plain reverse mode 433 B/step, ``checkpoint=True`` 21 KiB–0.5 MiB);
-* batch 1: 1.4–2.4 µs/step, 0.2–0.4× the bare-``lax.scan`` RK4 gradient of the same problem and
-  0.2–0.4× plain reverse mode and 0.2–0.8× ``checkpoint=True``;
-* batch 1024: 170 ns per body-step for the gradient with respect to the states and the shared
-  (unbatched) inertia, 5.4–5.5× the forward run (31 ns), plain reverse mode 255 ns (8.3×).
-  The SO(3) step's outputs are written by one fused select chain
-  (:func:`geomjax._linalg.stack_scalars`), which made the forward run 2.2× faster; the backward
-  pass traces plain stacks (:func:`geomjax._linalg.plain_stacks`: the chain would be duplicated
-  into every consumer of the reconstructed state there, 2× the backward pass) and went from
-  300 to 170 ns.  Before that: 3.8–5.3× (states) and 4.7–6.8× (with the inertia) a forward run
-  of 70 ns, float32 4.9–6.3×; before the two details below, 9–12× and 22–31×.  What
-  remains is structural: the forward run, then per step a reverse step and a forward step that
-  XLA does not fuse (2.7× the forward step together, measured) plus the transposed step.
-  Handing the reverse step's solution over (above) took this to 5.0× (5.5× before, same
-  run), and replaying it into the SO(3) kernel's solve on scalar entries (the (3,) vector's
-  cotangent was assembled from three ``pad`` fusions, each recomputing the ~250-operation
-  transposed solve) to **2.7×** for the states (151 ns, forward 55 ns) and 3.4× with the
-  inertia (189 ns).  With :mod:`geomjax._internal.xla_flags`'s loop compilation, same machine: forward 38 ns,
-  gradient 134 ns (3.5×), with the inertia 191 ns (5.0×) — faster in absolute terms, but the
-  forward run gains more.  In the compiled backward step XLA:CPU still evaluates the shared
-  part of the transposed implicit solve (the adjoint solve) once per parameter or momentum
-  cotangent it feeds (with the inertia: 6 sibling loops of 310–400 operations each on the
-  SO(3) LGVI); ``optimization_barrier`` on those values did not change the time (measured).
-  Writing the backward step's whole carry (reconstructed state, cotangents) as one vector by a
-  select chain (:func:`_packed_carry`, the LGVI in float64) leaves one consumer for those
-  values: 3.49× → 3.12× (states), 4.96× → 3.29× (with the inertia), forward 37 ns (same run).
-* :class:`~geomjax.RigidBodySplitting`, batch 256: 19.9× → 6.1× the forward run once its
-  sub-flows read the carry's entries directly (they sliced a vector rebuilt from it, whose
-  transpose is a ``pad`` per entry: the whole VJP was recomputed per entry).
-
 Hand-written backward step.  Where the method has one for the system and dtype
 (:meth:`~geomjax.integrators.base.AbstractMethod.backward_step`), each backward step is the
 method's own reverse step and transposed step, written out on scalars, instead of the reverse
-step and JAX's VJP of the step.  The LGVI has it for the free body on the SO(3) Cayley path
-(scalar Legendre solve; open-loop controls allowed), uncompensated and without the Björck step
-(float64 by default; float32 with ``compensate=False, reorthonormalize=False``), with
-``on_failure="report"``: there the kernel is the whole step and its transpose is short
-(:func:`~geomjax.integrators._so3_soa.lgvi_step_vjp`: the implicit function theorem on the
-Cayley residual times ``1 − h/2 hat(ξ)``, whose Jacobian is cheaper; the reverse step's
-rotation increment and Cayley factor reused, transposed).  Every other case keeps the JAX
-path: a potential (its torque's VJP), forces, the compensated float32 carry and the Björck step,
-the vector Newton solve (its reverse step is another solver), on_failure="raise" (the
-forward step's own residual check), other groups, compositions.  The gradients are those of
-the JAX path to round-off (free body, float64, batch 1024, 500 steps: 6e-15 relative).
-It is differentiable like the JAX path (the root with its implicit-function-theorem
-derivatives), so reverse-over-reverse Hessians through the adjoint still hold.  Measured (free
-body, float64, batch 1024, 500 steps, CPU time over the forward run, JAX path → hand-written
-interleaved in each run, shared 2-core CPU, load 1.2–5.4): with respect to the momenta and
-the inertia 2.93–3.23× → 2.62–2.97× (6 runs, 0.18–0.55 less in each), the momenta only
-3.00–3.13× → 2.77–3.13× (8 runs, 0.17–0.28 less in seven, 0.06 more in one); on the idle
-machine 2.93–3.22× → 2.71–2.81× (3 runs) and 2.86–3.02× → 2.63–2.72× (2 runs).  What is left:
-the reconstruction alone (the cotangent passed through unchanged) is 2.0× the forward run, and
-XLA:CPU evaluates the rest inside the fused select chain that writes the packed carry
-(:func:`_packed_carry`), row by row: scalar code, where the forward step vectorizes over the
-batch.  Tried and not adopted (with the inertia, each against the adopted form in the same
-run): ending the transposed step's intermediate values in vectorized loops of their own (a
-division by a runtime 1) 3.94× against 3.04× (more loops, more memory traffic); the unpacked
-carry 3.78× against 3.05×; the implicit function theorem on the Cayley residual itself 2.94×
-against 2.87×.
+step and JAX's VJP of the step (the LGVI for the free body on the SO(3) Cayley path; the
+gradients are those of the JAX path to round-off, and it is differentiable like it).
 
 A :class:`~geomjax.Composition` is reversed stage by stage: its step is the base step with
-``γ_i h`` at ``t + (γ_1 + … + γ_{i−1}) h``, so the backward step is a reverse scan over the stages,
-each a reverse base step and the VJP of the base step at the rebuilt stage state (nested
-compositions are flattened; the parameter-only part is shared by the stages and evaluated once,
-outside the loop, the stage's step size being an input of the per-step part).  Differentiating the scan over the stages as one step instead kept the base step's
-split and scalar state from applying.  Measured (2-core CPU, float64, 300 steps, gradient time
-over forward time, ``"suzuki4"``, stage by stage against the whole step, same run): batch 256:
-LGVI 7.6× → 3.5×, Chaplygin sleigh (NonholonomicVI) 3.9× → 2.8×, splitting 27.5× → 6.0× (plain
-reverse mode 14×, 7.3×, 47×); batch 1: 3.8× → 3.2×, 3.6× → 2.9×, 7.8× → 6.7×.
+``γ_i h`` at ``t + (γ_1 + … + γ_{i−1}) h``, so the backward step is a reverse scan over the
+stages, each a reverse base step and the VJP of the base step at the rebuilt stage state.
 
-Two details make the VJP cheap under ``vmap`` (unbatched parameters, batched states: the
-parameter cotangent is per-example).  XLA:CPU fused the whole per-step VJP into the loops that
-write the cotangents of *sliced* arrays (the transpose of ``c[i]`` is a ``pad``) and recomputed
-it once per array entry: 9× for the ``(batch, 3, 3)`` inertia cotangent, 12× for the ``(batch,
-12)`` SO(3) state.  So the parameter-only part of the step is hoisted out of the loop and the
-per-step VJP taken with respect to its results (:class:`_Invariant`), and small state leaves
-enter the VJP as scalar entries (:class:`_Scalars`).  Where the split does not apply (a step
-that is one higher-order primitive, e.g. ``Composition(loop="scan")``, or loop-invariant
-residuals much larger than the parameters), the backward step differentiates with respect to
-the parameters directly: same gradients, without the speed-up.  (``NonholonomicVI`` on the
-Chaplygin sleigh, batch 256: 4.1× the forward run split, 4.4× direct; plain reverse mode 3.4–3.7×.)
-
-The LGVI's generic group path (:class:`~geomjax.RigidBodySE3` with gravity and an offset centre
-of mass: a 6×6 inertia, the step scalarized, the Legendre root by a 6×6 Newton solve) keeps the
-JAX path above.  Three details made it cheaper.  The residual cotangents are pulled back through
-the parameter-only part once (:func:`_diff_residuals`; written as one evaluation of ``known``
-per residual it was 37 copies of the 6×6 inverse's derivative, 37 496 of the gradient's 46 434
-jaxpr equations, and under ``vmap`` each copy ran per example).  The per-step part is pruned of
-dead code before its residuals are chosen (:func:`_live_eqns`: the replayed Newton guess read
-the 36 entries of the inverse inertia, whose zero cotangents were carried every step).  And
-under ``vmap`` the reverse step solves by chord iterations (``LGVI._solve_legendre``: one
-Jacobian per step instead of one per Newton iteration; its roots are handed over as before;
-``_reverse(..., batched=)`` tells it).  Measured (``bench_gradient_cost.py --clock=cpu
---se3-only``, float64, ``geomjax.jit``, shared 2-core CPU at load ~4, gradient time over
-forward time, compile time in brackets), before → after: batch 1, 5000 steps: 3.08× and 3.06×
-(32 s, 28 s; two runs) → 3.01× (4.9 s), plain reverse mode 1.9× (4.3 s); batch 256, 100 steps:
-4.89× and 5.01× (41 s) → 3.03× (8.7 s), plain reverse mode 2.6× (7.5 s).  At batch 1 the run
-time is unchanged.  What is left: the reverse step is ~0.9× the forward step (measured alone
-at batch 256), and XLA:CPU re-evaluates shared producers inside the backward step's fused
-kernels (batch 256: 138 kernels holding 16 500 operations, against 2 400 for the forward step
-without its Newton loop).  Tried and not adopted (same-run A/B): the packed carry (83 entries:
-12.8× at batch 256), the residuals as scalar entries like the state (batch 256 2.95× → 2.87×,
-batch 1 3.28× → 4.22×: one kernel per entry), the state's cotangent as arrays at batch 1
-(3.00× against 3.06×: noise), the chord iterations at batch 1 (see ``LGVI._solve_legendre``),
-and software-pipelining the reverse step one iteration ahead so that the forward step reads a
-materialized state (the reverse and replayed steps alone at batch 1: 1.65 against 1.63 µs).
+Under ``vmap`` the parameter-only part of the step is hoisted out of the backward loop
+(:class:`_Invariant`), small state leaves enter the VJP as scalar entries
+(:mod:`geomjax._internal.scalar_entries`), the per-step part is pruned of dead code
+(:func:`geomjax._internal.dependence.live_eqns`) and the backward carry is written as one
+vector (:func:`_packed_carry`): each for a measured reason, with the figures, the alternatives
+tried and what is left, in the documentation's architecture page ("The reversible adjoint's
+backward step").
 
 Not supported (``ValueError``): non-symmetric methods (e.g. :class:`~geomjax.RKMK4`, or a
 velocity-dependent external force, whose Heun-type correction is not symmetric: use
@@ -177,7 +84,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._internal.dependence import live_eqns
 from .._internal.eager import top_level_options
+from .._internal.scalar_entries import (
+    ScalarEntries,
+    eval_eqns,
+    from_scalar_entries,
+    is_scalar_entries,
+    to_scalar_entries,
+)
 from .._internal.tracing import vmap_batched
 from .._internal.xla_flags import warn_loop_without_setting
 from .._linalg import plain_stacks, select_stack
@@ -398,7 +313,7 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
                     dep.update(eqn.outvars)
             else:
                 u_eqns.append(eqn)
-        u_eqns = _live_eqns(u_eqns, jaxpr.outvars)
+        u_eqns = live_eqns(u_eqns, jaxpr.outvars)
         # residuals: known values read by the per-step part (or returned by it)
         res, seen = [], set()
         for v in [*(w for e in u_eqns for w in e.invars), *jaxpr.outvars]:
@@ -436,116 +351,24 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
         env = dict(zip(res, r))
         if not dt_known:
             env[jaxpr.invars[n_p]] = dd
-        for v, a in zip(x_vars, jax.tree_util.tree_leaves(xx, is_leaf=_is_scalars)):
+        for v, a in zip(x_vars, jax.tree_util.tree_leaves(xx, is_leaf=is_scalar_entries)):
             env[v] = a
         rest = [*jax.tree_util.tree_leaves(uu), tt, *jax.tree_util.tree_leaves(ss)]
         for v, a in zip(jaxpr.invars[n_p + 1 + n_x :], rest, strict=True):
             env[v] = a
-        out = _eval_eqns(u_eqns, env, jaxpr.outvars)
+        out = eval_eqns(u_eqns, env, jaxpr.outvars)
         return jax.tree_util.tree_unflatten(tree, out)
 
     try:  # the evaluation too (abstractly): an unusual equation falls back, never fails later
         jax.eval_shape(
             lambda p, d, xx, uu, tt, ss: unknown_fn(
-                known_fn(p, d), _to_scalars(xx), uu, tt, ss, None if dt_known else d
+                known_fn(p, d), to_scalar_entries(xx), uu, tt, ss, None if dt_known else d
             ),
             *jax.tree_util.tree_map(sds, (params, dt, x, u, t, sols)),
         )
     except Exception:
         return None
     return _Invariant(known_fn, unknown_fn, diff)
-
-
-def _live_eqns(eqns, outvars):
-    """The equations of ``eqns`` whose results reach ``outvars`` (or that have effects): dead-
-    code elimination of the per-step part, so that a value it computes and drops is no residual.
-
-    Why: with the solutions handed over (``sols``) the step's Newton guess is dead code (the
-    replayed root replaces it), yet it was traced; on SE(3) the guess reads the 36 entries of
-    the inverse inertia, which became residuals whose (always zero) cotangents the backward
-    step carried and added, 36 arrays per step (batch 256 under ``vmap``: ``(256,)`` each)."""
-    from jax.extend import core as jc
-
-    live = {v for v in outvars if not isinstance(v, jc.Literal)}
-    kept = []
-    for eqn in reversed(eqns):
-        if eqn.effects or any(v in live for v in eqn.outvars):
-            kept.append(eqn)
-            live.update(v for v in eqn.invars if not isinstance(v, jc.Literal))
-    return kept[::-1]
-
-
-class _Scalars(eqx.Module):
-    """A small state leaf passed to the backward step as its scalar entries (one array per
-    entry, batched under ``vmap``): the step reads its entries by slicing, whose transpose is a
-    ``pad``; fed as scalars, the VJP returns one cotangent array per entry instead of a sum of
-    pads, which XLA:CPU fused with the whole VJP and recomputed per entry (12× on the SO(3)
-    carry)."""
-
-    entries: tuple
-    shape: tuple = eqx.field(static=True)
-
-    @classmethod
-    def of(cls, a):
-        flat = jnp.reshape(a, (-1,))
-        return cls(tuple(flat[i] for i in range(flat.shape[0])), tuple(jnp.shape(a)))
-
-    def array(self):
-        return jnp.reshape(jnp.stack(self.entries), self.shape)
-
-
-def _is_scalars(a):
-    return isinstance(a, _Scalars)
-
-
-def _to_scalars(tree, max_size=64):
-    return jax.tree_util.tree_map(
-        lambda a: _Scalars.of(a) if 0 < jnp.size(a) <= max_size else a, tree
-    )
-
-
-def _from_scalars(tree):
-    return jax.tree_util.tree_map(
-        lambda a: a.array() if _is_scalars(a) else a, tree, is_leaf=_is_scalars
-    )
-
-
-def _eval_eqns(eqns, env, outvars):
-    """Evaluate jaxpr equations (``jax.core.eval_jaxpr``), where a :class:`_Scalars` value read
-    by a unit-stride ``slice`` of a vector gives the stacked entries (no slicing to transpose)
-    and anywhere else the stacked array."""
-    from jax.extend import core as jc
-
-    def read(v):
-        if isinstance(v, jc.Literal):
-            return v.val
-        a = env[v]
-        return a.array() if _is_scalars(a) else a
-
-    for eqn in eqns:
-        v0 = eqn.invars[0] if eqn.invars else None
-        if (
-            eqn.primitive.name == "slice"
-            and not isinstance(v0, jc.Literal)
-            and _is_scalars(env.get(v0))
-        ):
-            a, p = env[eqn.invars[0]], eqn.params
-            if len(a.shape) == 1 and all(s in (None, 1) for s in (p.get("strides") or ())):
-                (lo,), (hi,) = p["start_indices"], p["limit_indices"]
-                env[eqn.outvars[0]] = jnp.stack(a.entries[lo:hi])
-                continue
-        invals = [read(v) for v in eqn.invars]
-        params = eqn.primitive.get_bind_params(eqn.params)
-        subfuns = []
-        if isinstance(params, tuple):  # older jax: (subfuns, params)
-            subfuns, params = params
-        with eqn.ctx.manager:
-            ans = eqn.primitive.bind(*subfuns, *invals, **params)
-        if not eqn.primitive.multiple_results:
-            ans = [ans]
-        for v, a in zip(eqn.outvars, ans):
-            env[v] = a
-    return [read(v) for v in outvars]
 
 
 #: the most scalar entries :func:`_packed_carry` packs (a select chain costs one select per entry
@@ -794,7 +617,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             res_d = tuple(residuals[i] for i in inv.diff)
 
     def to_ct(a):
-        return a if inv is None and manual is None else _to_scalars(a)
+        return a if inv is None and manual is None else to_scalar_entries(a)
 
     # measured faster in float64 only (see _packed_carry)
     packer = method if stages is None else stages[0]
@@ -829,9 +652,9 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             return (x_next, t_next) if need_t else x_next
 
         extra = [v for v, need in ((u, need_u), (t0_, need_t), (dt, stage_dt)) if need]
-        # the state as scalar entries, its cotangent carried likewise (see _Scalars)
-        _, vjp = jax.vjp(f, _to_scalars(x0), res_d, *extra)
-        ct_x = _from_scalars(ct_x)
+        # the state as scalar entries, its cotangent carried likewise (see ScalarEntries)
+        _, vjp = jax.vjp(f, to_scalar_entries(x0), res_d, *extra)
+        ct_x = from_scalar_entries(ct_x)
         cts = list(vjp((ct_x, ct_t) if need_t else ct_x))
         rest = cts[2:]
         ct_u = rest.pop(0) if need_u else None
@@ -885,7 +708,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
             ct_u = tuple(ct_u) if batched else jnp.stack(ct_u)
         else:
             ct_u = None
-        return (x0, t1 - dt, _Scalars(tuple(ct_x0), ct_x.shape), ct_t, ct_r, ct_dt), ct_u
+        return (x0, t1 - dt, ScalarEntries(tuple(ct_x0), ct_x.shape), ct_t, ct_r, ct_dt), ct_u
 
     def one_step_stages(c, u):
         # a composed step backwards: its stages in reverse order, one residual set for all
@@ -961,7 +784,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
         block, c0, xs, length=n_save, reverse=True
     )
     # the initial state: pulled back through method.init, plus its own output cotangent
-    ct_x = _from_scalars(ct_x)
+    ct_x = from_scalar_entries(ct_x)
     _, vjp_init = jax.vjp(to_carry, state0)
     ct_state0 = vjp_init(ct_x)[0]
     ct_state0 = jax.tree_util.tree_map(

@@ -121,7 +121,7 @@ class RigidBodySplitting(AbstractMethod):
         needs_kick = system.has_potential or control is not None or has_force
         F0 = system.external_force(t, R, Pi) if has_force else None
         # the sub-flows read the carry's scalar entries directly (a slice of the carry, not of a
-        # rebuilt vector: ReversibleAdjoint feeds the carry as scalars, see adjoint._Scalars)
+        # rebuilt vector: ReversibleAdjoint feeds the carry as scalars, see _internal.scalar_entries)
         Rs, Ps = soa.split(carry)
         if needs_kick:
             f0 = conservative(R)

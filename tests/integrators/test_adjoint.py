@@ -203,7 +203,7 @@ def test_batched_parameter_gradients_equal_plain_reverse_mode(dtype):
     """Under vmap, gradients with respect to unbatched parameters (inertia, potential
     parameters, dt, controls) and the batched initial momenta: the backward pass hoists the
     parameter-only part of the step out of its loop and feeds the state as scalar entries
-    (geomjax.integrators.adjoint._Invariant, _Scalars); the result equals plain reverse mode to
+    (geomjax.integrators.adjoint._Invariant, geomjax._internal.scalar_entries); the result equals plain reverse mode to
     round-off.  float64: the same VJPs at states that differ by the reconstruction error
     (~1e-15), observed <= 7e-16 relative, asserted 1e-10 (as above).  float32: the same
     mechanism at eps = 1.2e-7 (observed <= 3e-7 relative), asserted 1e-4: round-off of 40
