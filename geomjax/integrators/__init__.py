@@ -1,7 +1,7 @@
 """Integrators (methods) and the single driver :func:`simulate`."""
 
 from .._linalg import solve3
-from .base import AbstractMethod, StepStats
+from .base import AbstractMethod, GradientHooks, StepStats
 from .euler import SemiImplicitEuler
 from .lgvi import LGVI
 from .newton import newton_solve
@@ -16,6 +16,7 @@ __all__ = [
     "RKMK4",
     "AbstractMethod",
     "ConvergenceError",
+    "GradientHooks",
     "NonholonomicVI",
     "RigidBodySplitting",
     "SemiImplicitEuler",

@@ -54,7 +54,7 @@ over): free body LGVI batch 1 5.4× → 4.7×, batch 256 4.2× → 3.6×; Chaply
 2.2×.
 
 Hand-written backward step.  Where the method has one for the system and dtype
-(:meth:`~geomjax.integrators.base.AbstractMethod.backward_step`), each backward step is the
+(:meth:`~geomjax.integrators.base.GradientHooks.backward_step`), each backward step is the
 method's own reverse step and transposed step, written out on scalars, instead of the reverse
 step and JAX's VJP of the step (the LGVI for the free body on the SO(3) Cayley path; the
 gradients are those of the JAX path to round-off, and it is differentiable like it).
@@ -97,7 +97,7 @@ from .._internal.tracing import vmap_batched
 from .._internal.xla_flags import warn_loop_without_setting
 from .._linalg import plain_stacks, select_stack
 from ._so3_soa import hand_written_derivatives
-from .base import AbstractAdjoint, AbstractMethod
+from .base import AbstractAdjoint, AbstractMethod, GradientHooks, gradient_hooks
 from .lgvi import torque_in_carry
 from .newton import record_solutions, replay_solutions
 from .simulate import _control_chunk, cast_floating, simulate
@@ -212,7 +212,7 @@ def _reverse(static, params, x1, t1, dt, u, handover=False, batched=False):
     system, method = eqx.combine(params, static)
     if not handover:
         return method.advance(system, x1, -dt, u, t1)[0]
-    if type(method).forward_solutions is AbstractMethod.forward_solutions:
+    if type(gradient_hooks(method)).forward_solutions is GradientHooks.forward_solutions:
         return method.advance(system, x1, -dt, u, t1)[0], None
     with record_solutions(batched) as sols:
         x0, _ = method.advance(system, x1, -dt, u, t1)
@@ -578,7 +578,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     handover = sol_shapes is not None
     # a hand-written backward step where the method has one for this system and dtype
     # (method.backward_step: the free-body SO(3) LGVI), else the reverse step and JAX's VJP
-    manual = method.backward_step(system, dtype)
+    manual = gradient_hooks(method).backward_step(system, dtype)
     if manual is not None:
         m_params, m_backward = manual
         need_p = bool(jax.tree_util.tree_leaves(params))
@@ -621,7 +621,7 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
 
     # measured faster in float64 only (see _packed_carry)
     packer = method if stages is None else stages[0]
-    pack_carry = getattr(packer, "packs_reverse_carry", False) and dtype == jnp.float64
+    pack_carry = gradient_hooks(packer).packs_reverse_carry and dtype == jnp.float64
 
     def reverse(x1, t1, u, d=dt, static_=static, params_=params):
         # (x_k, the forward step's solutions from the reverse step's or None)

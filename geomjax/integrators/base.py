@@ -37,11 +37,6 @@ class AbstractMethod(eqx.Module):
     #: ``Φ_{−h} ∘ Φ_h = id`` (with the same control, from time ``t + h``): the step is its own
     #: inverse with ``−dt`` (used by :class:`geomjax.Composition` and :class:`geomjax.ReversibleAdjoint`)
     symmetric: ClassVar[bool] = False
-    #: whether :class:`geomjax.ReversibleAdjoint` carries the backward step's state and
-    #: cotangents as one fused vector (float64, up to 32 entries); an opt-in because it was
-    #: measured faster for the LGVI and the splitting, slower for NonholonomicVI
-    #: (adjoint._packed_carry)
-    packs_reverse_carry: ClassVar[bool] = False
 
     @abc.abstractmethod
     def step(self, system, state, dt, control=None, t=0.0):
@@ -89,6 +84,47 @@ class AbstractMethod(eqx.Module):
         a potential); ``None``: whether it may, for any system."""
         return False
 
+    def supports(self, system) -> bool:
+        """Static check used by :func:`geomjax.simulate` to give a clear error."""
+        return True
+
+    def control_shape(self, system) -> tuple[int, ...] | None:
+        """The shape of one step's control this method takes for ``system`` (checked by
+        :func:`geomjax.simulate`; ``None``: not checked).  Default: the system's body force
+        (one entry per velocity); a method that maps commands to forces (e.g.
+        :class:`~geomjax.control.trajopt.Actuated`) returns the commands' shape."""
+        return body_force_shape(system)
+
+    def validate(self, system) -> None:
+        """Eager checks of the system's parameters for this method (raise ``ValueError``)."""
+
+    def check_initial(self, system, state):
+        """Checks of ``simulate``'s initial state that only this method knows (e.g. RATTLE: on
+        the constraint).  Called by :func:`geomjax.simulate` before its compiled scan, so a
+        concrete bad state raises ``ValueError`` naming ``state0``; a traced one goes through
+        ``equinox.error_if``.  Returns the state (possibly with the checks attached)."""
+        return state
+
+
+class GradientHooks(eqx.Module):
+    """Opt-in hooks that make a method's gradients cheaper; none changes a result.
+
+    A method that inherits this protocol (beside :class:`AbstractMethod`) may tell plain reverse
+    mode through :func:`geomjax.simulate` which values of a step to keep
+    (:meth:`reverse_mode_saves`), and :class:`geomjax.ReversibleAdjoint` the forward step's
+    implicit solutions from the reverse step's (:meth:`forward_solutions`), a hand-written
+    backward step (:meth:`backward_step`) and whether to carry its backward state as one vector
+    (:attr:`packs_reverse_carry`).  Every default is "nothing known": the generic path, which
+    a method that does not inherit the protocol gets too.  Each hook is a measured speed-up
+    (the figures: the architecture page of the documentation).
+    """
+
+    #: whether :class:`geomjax.ReversibleAdjoint` carries the backward step's state and
+    #: cotangents as one fused vector (float64, up to 32 entries); an opt-in because it was
+    #: measured faster for the LGVI and the splitting, slower for NonholonomicVI
+    #: (adjoint._packed_carry)
+    packs_reverse_carry: ClassVar[bool] = False
+
     def forward_solutions(self, system, reverse_solutions, carry):
         """The solutions of the implicit solves of ``Φ_h`` from ``x_k``, given those of the
         reverse step ``x_k = Φ_{−h}(x_{k+1})`` (``reverse_solutions``, in the order its
@@ -133,27 +169,6 @@ class AbstractMethod(eqx.Module):
         measured.  ``None`` (the default): JAX's default, every residual kept."""
         return None
 
-    def supports(self, system) -> bool:
-        """Static check used by :func:`geomjax.simulate` to give a clear error."""
-        return True
-
-    def control_shape(self, system) -> tuple[int, ...] | None:
-        """The shape of one step's control this method takes for ``system`` (checked by
-        :func:`geomjax.simulate`; ``None``: not checked).  Default: the system's body force
-        (one entry per velocity); a method that maps commands to forces (e.g.
-        :class:`~geomjax.control.trajopt.Actuated`) returns the commands' shape."""
-        return body_force_shape(system)
-
-    def validate(self, system) -> None:
-        """Eager checks of the system's parameters for this method (raise ``ValueError``)."""
-
-    def check_initial(self, system, state):
-        """Checks of ``simulate``'s initial state that only this method knows (e.g. RATTLE: on
-        the constraint).  Called by :func:`geomjax.simulate` before its compiled scan, so a
-        concrete bad state raises ``ValueError`` naming ``state0``; a traced one goes through
-        ``equinox.error_if``.  Returns the state (possibly with the checks attached)."""
-        return state
-
 
 class AbstractAdjoint(eqx.Module):
     """How reverse mode differentiates a run: ``simulate(..., adjoint=...)`` hands the run to
@@ -188,3 +203,11 @@ def body_force_shape(system) -> tuple[int, ...] | None:
     if isinstance(system, HamelSystem):  # a force covector in the frame
         return (system.dim,)
     return None
+
+
+def gradient_hooks(method) -> GradientHooks:
+    """``method`` if it opts into :class:`GradientHooks`, else the protocol's defaults."""
+    return method if isinstance(method, GradientHooks) else _NO_HOOKS
+
+
+_NO_HOOKS = GradientHooks()

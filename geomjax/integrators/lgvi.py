@@ -52,7 +52,7 @@ from .._linalg import spd_inverse, two_sum
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
-from .base import AbstractMethod, StepStats, needs_reorthonormalization
+from .base import AbstractMethod, GradientHooks, StepStats, needs_reorthonormalization
 from .newton import (
     dense_jac_solve,
     newton_solve,
@@ -153,7 +153,7 @@ def _relative(r, b):
     return jnp.max(jnp.abs(r)) / scale
 
 
-class LGVI(AbstractMethod):
+class LGVI(GradientHooks, AbstractMethod):
     """Lie group variational integrator (second order, symplectic, momentum-preserving, on the
     group to round-off) for any :class:`~geomjax.systems.AbstractLieGroupSystem`.
 
@@ -265,7 +265,7 @@ class LGVI(AbstractMethod):
     def backward_step(self, system, dtype):
         # hand-written where the fast path's step is the whole step: the SO(3) Cayley scalar
         # solve with no potential, no force, uncompensated, no Björck step, no in-step check
-        # (AbstractMethod.backward_step; the other cases keep JAX's VJP of the step)
+        # (GradientHooks.backward_step; the other cases keep JAX's VJP of the step)
         if not (
             self._fast(system)
             and self.legendre_solve == "scalar"
@@ -312,7 +312,7 @@ class LGVI(AbstractMethod):
     def reverse_mode_saves(self, system, batched=False):
         # the root of the discrete Legendre transform (and the SO(3) kernel's factor c): the
         # explicit rest of the step is cheaper to recompute than to store and read back
-        # (AbstractMethod.reverse_mode_saves).  Where the root comes from newton_solve it
+        # (GradientHooks.reverse_mode_saves).  Where the root comes from newton_solve it
         # names it where its implicit-function-theorem derivatives read it, so the backward
         # pass recomputes the step without the Newton iterations.  On the SO(3) Cayley path
         # only under vmap: at batch 1 the recomputation cost more (see

@@ -328,7 +328,7 @@ def newton_solve(
 
         name: under differentiation, tag the root with ``jax.ad_checkpoint.checkpoint_name``
             (where its derivatives are formed, inside the custom JVP): a ``jax.checkpoint``
-            policy that saves this name (:meth:`geomjax.integrators.AbstractMethod.reverse_mode_saves`)
+            policy that saves this name (:meth:`geomjax.integrators.GradientHooks.reverse_mode_saves`)
             then recomputes the derivatives from the saved root, not the iterations.  Tagged
             outside, the name would sit on a copy of the root that the derivatives do not read.
 

@@ -89,7 +89,7 @@ from ..systems.nonholonomic import (
     NonholonomicState,
     node_acceleration,
 )
-from .base import AbstractMethod, StepStats, needs_reorthonormalization
+from .base import AbstractMethod, GradientHooks, StepStats, needs_reorthonormalization
 from .newton import newton_solve
 
 __all__ = ["NonholonomicVI", "discrete_momenta"]
@@ -267,7 +267,7 @@ def _max_abs(a):
     return jnp.max(jnp.abs(a), initial=0.0)
 
 
-class NonholonomicVI(AbstractMethod):
+class NonholonomicVI(GradientHooks, AbstractMethod):
     """Discrete Lagrange–d'Alembert(–Poincaré) variational integrator (second order, symmetric)
     for :class:`~geomjax.systems.AbstractNonholonomicSystem` (module docstring for the scheme).
 

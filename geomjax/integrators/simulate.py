@@ -18,7 +18,7 @@ from .._internal.warn import renamed, renamed_attribute
 from .._internal.xla_flags import warn_loop_without_setting
 from ..results import ConvergenceError, Status, worst
 from ._so3_soa import batch_last_carry, hand_written_derivatives
-from .base import AbstractAdjoint, AbstractMethod
+from .base import AbstractAdjoint, AbstractMethod, gradient_hooks
 
 __all__ = ["ConvergenceError", "Solution", "load_solution", "simulate", "step"]
 
@@ -627,10 +627,10 @@ def _integrate_traced(
     def advance(inner, u, t):
         return method.advance(system, inner, dt, u, t)
 
-    saves = method.reverse_mode_saves(system, batched=batched)
+    saves = gradient_hooks(method).reverse_mode_saves(system, batched=batched)
     if saves is not None:
         # plain reverse mode keeps only the named values of each step (and the carry) and
-        # recomputes the rest of the step in the backward pass (AbstractMethod.reverse_mode_saves;
+        # recomputes the rest of the step in the backward pass (GradientHooks.reverse_mode_saves;
         # the method says whether with and without a batch: vmapped, each step's residuals are
         # (batch,) vectors, whose stores and loads cost more than recomputing them; at batch 1
         # it depends on the step: the LGVI on SO(3), free body and heavy top, 1e4 steps,

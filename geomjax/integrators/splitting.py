@@ -21,12 +21,12 @@ from .._internal.tracing import is_traced
 from ..lie.so3 import SpecialOrthogonal3
 from ..systems.base import AbstractLieGroupSystem
 from . import _so3_soa as soa
-from .base import AbstractMethod, StepStats, needs_reorthonormalization
+from .base import AbstractMethod, GradientHooks, StepStats, needs_reorthonormalization
 
 __all__ = ["RigidBodySplitting"]
 
 
-class RigidBodySplitting(AbstractMethod):
+class RigidBodySplitting(GradientHooks, AbstractMethod):
     """Explicit second-order splitting for rigid bodies on SO(3) whose inertia is diagonal
     (principal axes); potentials and forces by kick–drift–kick.
 

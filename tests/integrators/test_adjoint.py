@@ -588,6 +588,26 @@ def test_free_body_hand_written_vjp_equals_the_autodiff_vjp(case, monkeypatch):
         assert _rel(hand[1][name], auto[1][name]) < 1e-12, name
 
 
+def test_gradient_hooks_are_an_opt_in_protocol():
+    """The speed hooks of the gradients live in ``GradientHooks``, not in ``AbstractMethod``'s
+    core: the methods that use them inherit it, any other method gets the protocol's defaults
+    ("nothing known", the generic path; the gradients of such methods are checked against
+    plain reverse mode by the tests above)."""
+    from geomjax.integrators import GradientHooks
+    from geomjax.integrators.base import AbstractMethod, gradient_hooks
+
+    for name in ("forward_solutions", "backward_step", "reverse_mode_saves", "packs_reverse_carry"):
+        assert not hasattr(AbstractMethod, name), name
+    for m in (gj.LGVI(), gj.RigidBodySplitting(), gj.NonholonomicVI()):
+        assert isinstance(m, GradientHooks) and gradient_hooks(m) is m
+    plain = gj.RKMK4()
+    assert not isinstance(plain, GradientHooks)
+    hooks = gradient_hooks(plain)
+    assert hooks.backward_step(RB, jnp.float64) is None
+    assert hooks.reverse_mode_saves(RB) is None and hooks.packs_reverse_carry is False
+    assert hooks.forward_solutions(RB, [], None) is None
+
+
 def test_hand_written_vjp_only_where_exact():
     """The hand-written VJP is offered (statically) for the free body on the SO(3) Cayley path
     only: not with a potential, a force, the compensated float32 carry, the Björck step,

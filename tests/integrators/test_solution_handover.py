@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import geomjax as gj
 from geomjax.integrators import adjoint as adj
-from geomjax.integrators.base import AbstractMethod
+from geomjax.integrators.base import GradientHooks
 from geomjax.integrators.newton import newton_solve, record_solutions, replay_solutions
 from geomjax.systems import ChaplyginSleigh, HeavyTop, SE3Gravity
 
@@ -112,7 +112,7 @@ def test_handed_over_solutions_are_the_forward_solutions(a, b, c):
 def _grad_with_and_without_handover(monkeypatch, loss, x):
     with_handover = jax.jit(jax.grad(loss))(x)
     for cls in (gj.LGVI, gj.NonholonomicVI):
-        monkeypatch.setattr(cls, "forward_solutions", AbstractMethod.forward_solutions)
+        monkeypatch.setattr(cls, "forward_solutions", GradientHooks.forward_solutions)
     without = jax.jit(jax.grad(loss))(x)
     return with_handover, without
 
