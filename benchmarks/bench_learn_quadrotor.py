@@ -24,6 +24,14 @@ see ``QuadrotorModel`` for why one torque scale must be).  Reports:
   steps); position and rotation errors at 1×, 2×, 5× and 10× the record length, and each
   model's group defect ``|RᵀR − 1|`` (``--rollouts``: only this section and the first fit).
 
+``--mujoco``: the loop closed in MuJoCo (:func:`mujoco_section`): records from MuJoCo flights
+of crocoddyl's quadrotor 10 % heavier than its nominal model, under set-point tracking by
+:class:`~geomjax.control.OnlineMPC` planning on the nominal model; the mass, inertia and rotor
+ratio identified from them; crocoddyl's task planned on each model and flown open loop in
+MuJoCo; and the flight to (2, 1, 1.5) and back flown in MuJoCo with ``OnlineMPC`` planning on
+the nominal and on the identified model, errors read from MuJoCo's state
+(``learn_quadrotor_mujoco.json``).
+
 Writes ``benchmarks/results/learn_quadrotor.json`` (``learn_quadrotor_rollouts.json`` and
 ``learn_quadrotor_rollouts.png`` for the rollouts).
 """
@@ -229,6 +237,160 @@ def rollouts(identified, flights, n_samples, fast):
     return rows, ratio
 
 
+#: the set-points of the recorded MuJoCo flights (m), each held ``MUJOCO_LEG_S`` seconds
+MUJOCO_SETPOINTS = ((1.0, 0.0, 1.0), (-1.0, 1.0, 0.5), (0.5, -1.0, 1.5), (0.0, 0.0, 0.0))
+MUJOCO_LEG_S = 3.0
+#: samples per record cut from the flights (0.99 s at the control period 0.03 s)
+MUJOCO_RECORD = 34
+
+
+def mujoco_records(flight, samples=MUJOCO_RECORD, noise=1e-4, seed=0):
+    """Records of a MuJoCo flight (:func:`bench_online_mpc.run_quadrotor_loop`'s poses, twists
+    and thrusts, one sample per control period): consecutive pieces of ``samples`` samples,
+    poses with ``noise`` (rad and m) and twists with ``10 noise`` of Gaussian noise (a motion
+    capture's and an IMU's), the thrusts as commanded."""
+    from geomjax.learn import Recording
+    from geomjax.learn.reference import noisy
+
+    rng = np.random.default_rng(seed)
+    g, xi, u, dt = flight["poses"], flight["twists"], flight["thrusts"], flight["dt"]
+    out = []
+    for a in range(0, len(u) - samples + 2, samples - 1):
+        b = a + samples
+        if b > len(g):
+            break
+        out.append(
+            Recording(
+                dt * np.arange(samples),
+                noisy(g[a:b], noise, rng, translation_sigma=noise),
+                xi=xi[a:b] + 10 * noise * rng.standard_normal(xi[a:b].shape),
+                controls=u[a : b - 1],
+            )
+        )
+    return out
+
+
+def mujoco_section(fast=False):
+    """Learn in MuJoCo, plan with what was learned, fly it in MuJoCo.
+
+    MuJoCo's body (:func:`bench_online_mpc.quadrotor_mjcf`) is 10 % heavier than crocoddyl's
+    nominal model.  1. Records: ``OnlineMPC`` planning on the nominal model flies it through
+    :data:`MUJOCO_SETPOINTS` (minimum-jerk references, 1.5 s ramps); the flight is cut into
+    0.99-s records with sensor noise (:func:`mujoco_records`).  2. Identification: mass, full
+    SPD inertia and rotor ratio by :func:`~geomjax.learn.fit_parameters` (Levenberg–Marquardt,
+    multiple shooting), the arm length known, from the nominal values as the start.  3.
+    crocoddyl's task planned by DDP on the nominal, the identified and MuJoCo's own parameters,
+    each plan's thrusts flown open loop in MuJoCo.  4. The flight to (2, 1, 1.5) and back (:func:`bench_online_mpc.run_quadrotor_loop`'s defaults),
+    once planning on the nominal model and once on the identified one: position errors read
+    from MuJoCo's state along the flight (against the minimum-jerk reference) and at the end of
+    each leg."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_online_mpc as omp
+
+    from geomjax.control.examples import QUADROTOR as C
+
+    setpoints = MUJOCO_SETPOINTS[:2] + ((0.0, 0.0, 0.0),) if fast else MUJOCO_SETPOINTS
+    t = timer()
+    flight = omp.run_quadrotor_loop(
+        waypoints=setpoints, seconds_per_leg=MUJOCO_LEG_S, ramp=1.5, breakdown=False
+    )
+    record_s = t.elapsed
+    data = mujoco_records(flight)
+    m_true, J_true, k_true = flight["mass"][1], np.diag(C["inertia"]), C["cm"] / C["cf"]
+    nominal = QuadrotorModel(C["mass"], np.diag(C["inertia"]), k_true, C["d_cog"])
+    t = timer()
+    res = fit_parameters(
+        nominal,
+        data,
+        lambda q: (q.mass, q.inertia, q.moment_coefficient),
+        kinds=("positive", "spd", "positive"),
+        substeps=2,
+        noise=1e-4,
+        velocity_noise=1e-3,
+        segment_length=MUJOCO_RECORD - 1,
+    )
+    fit_s = t.elapsed
+    m, J, k = (np.asarray(v, float) for v in res.values)
+    identified = QuadrotorModel(m, J, k, C["d_cog"])
+    fit_row = {
+        "records": len(data),
+        "record_flight_s": record_s,
+        "fit_s": fit_s,
+        "status": res.stop_reason,
+        "mass_rel_err": abs(float(m) - m_true) / m_true,
+        "mass_rel_std": float(res.std[0]) / m_true,
+        "inertia_rel_err": float(np.linalg.norm(J - J_true) / np.linalg.norm(J_true)),
+        "k_rel_err": abs(float(k) - k_true) / k_true,
+        "nominal_mass_rel_err": abs(C["mass"] - m_true) / m_true,
+    }
+    print_table(
+        [fit_row],
+        list(fit_row),
+        title="identified from MuJoCo flights (MuJoCo's body 10 % heavier than the nominal model)",
+    )
+    # open loop: crocoddyl's task planned on each model, its thrusts flown in MuJoCo
+    from geomjax.control.examples import quadrotor_problem
+    from geomjax.control.trajopt import DDP, solve_ocp
+
+    truth = QuadrotorModel(m_true, J_true, k_true, C["d_cog"])
+    plans = []
+    for label, model in (("nominal", nominal), ("identified", identified), ("MuJoCo's", truth)):
+        task = quadrotor_problem(
+            bounded=True, method=gj.LGVI(), system=model.system(), actuation=model.actuation()
+        )
+        sol = solve_ocp(task, DDP(), progress=False)
+        poses, _ = omp.quadrotor_open_loop(np.asarray(sol.controls), float(task.dt), mass=m_true)
+        plans.append(
+            {
+                "model": label,
+                "status": sol.stop_reason,
+                "planned_miss_mm": 1e3
+                * float(np.linalg.norm(np.asarray(sol.states.g[-1, :3, 3]) - TARGET)),
+                "flown_in_mujoco_miss_mm": 1e3 * float(np.linalg.norm(poses[-1, :3, 3] - TARGET)),
+            }
+        )
+    print_table(
+        plans,
+        list(plans[0]),
+        title="crocoddyl's task (to (1, 0, 1) m in 0.99 s, thrusts in [0.1, 5] N) planned by DDP on "
+        "each model (LGVI, 0.03 s), flown open loop in MuJoCo",
+    )
+    flights = []
+    for label, model in (("nominal", None), ("identified", identified)):
+        r = omp.run_quadrotor_loop(breakdown=False, model=model)
+        n, W, P = r["ticks_per_leg"], r["waypoints"], r["positions"]
+        start, ref = np.zeros(3), []
+        for goal in W:
+            ref += [omp._min_jerk(start, goal, (j + 1) * r["dt"] / 2.5) for j in range(n)]
+            start = goal
+        track = np.linalg.norm(P[1:] - np.asarray(ref), axis=1)
+        flights.append(
+            {
+                "model": label,
+                "model_mass": r["mass"][0],
+                "leg1_error_mm": 1e3 * float(np.linalg.norm(P[n] - W[0])),
+                "final_error_mm": 1e3 * float(np.linalg.norm(r["pose"][:3, 3] - W[-1])),
+                "tracking_rms_mm": 1e3 * float(np.sqrt(np.mean(track**2))),
+                "tracking_max_mm": 1e3 * float(track.max()),
+                "failed_ticks": int((r["status"] > 1).sum()),
+            }
+        )
+    print_table(
+        flights,
+        list(flights[0]),
+        title="OnlineMPC flying MuJoCo's quadrotor to (2, 1, 1.5) and back, planning on each model "
+        "(errors read from MuJoCo's state; tracking: against the minimum-jerk reference flown)",
+    )
+    write_json(
+        "learn_quadrotor_mujoco",
+        {"fit": fit_row, "plans": plans, "flights": flights, "fast": fast, "setpoints": setpoints},
+    )
+    return fit_row, plans, flights
+
+
 def main(argv=None):
     import sys
 
@@ -236,6 +398,9 @@ def main(argv=None):
 
     fast = fast_mode(argv)
     argv = sys.argv[1:] if argv is None else argv
+    if "--mujoco" in argv:
+        mujoco_section(fast)
+        return
     n_samples = 26 if fast else 51
     if "--rollouts" in argv:
         flights = quadrotor_records(n_records=3, n_samples=n_samples, excitation=1.0, seed=0)

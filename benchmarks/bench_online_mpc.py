@@ -287,6 +287,7 @@ def run_quadrotor_loop(
     tracking_weight=1.0,
     mass_scale=1.1,
     breakdown=True,
+    model=None,
 ):
     """Fly MuJoCo's quadrotor (:func:`quadrotor_mjcf`, ``mass_scale`` × crocoddyl's mass: the
     plant 10 % heavier than the model by default) from rest at the origin through ``waypoints``
@@ -306,7 +307,14 @@ def run_quadrotor_loop(
     Returns a dict: the final pose and twist read from MuJoCo's state, MuJoCo's position after
     every tick, the applied thrusts, each tick's solver status and stationarity, the latencies
     (s) of each tick after the first (read the state, solve, write the thrusts; MuJoCo's steps
-    excluded), the first tick's time (compilation), the wall-clock rate."""
+    excluded), the first tick's time (compilation), the wall-clock rate, and MuJoCo's pose and
+    body twist at every tick (``poses`` ``(ticks + 1, 4, 4)``, ``twists`` ``(ticks + 1, 6)``:
+    records of the flight).
+
+    ``model``: the model the controller plans with instead of crocoddyl's — anything with
+    ``mass``, ``inertia`` ``(3, 3)``, ``system()`` and ``actuation()`` (e.g. an identified
+    :class:`geomjax.learn.problems.QuadrotorModel`); MuJoCo's body stays ``mass_scale`` ×
+    crocoddyl's."""
     import jax
     import jax.numpy as jnp
     import mujoco
@@ -317,22 +325,35 @@ def run_quadrotor_loop(
     from geomjax.control.examples import QUADROTOR, quadrotor_problem
 
     dtype = jnp.float64
+    if model is None:
+        system, actuation = None, None
+        m_model = float(QUADROTOR["mass"])
+        J = np.diag(QUADROTOR["inertia"])
+    else:
+        system, actuation = model.system(), model.actuation()
+        m_model = float(model.mass)
+        J = np.asarray(model.inertia, float)
     problem = quadrotor_problem(
-        bounded=True, target=(0.0, 0.0, 0.0), tracking_weight=tracking_weight, dtype=dtype
+        bounded=True,
+        target=(0.0, 0.0, 0.0),
+        tracking_weight=tracking_weight,
+        dtype=dtype,
+        system=system,
+        actuation=actuation,
     )
-    m_model = float(QUADROTOR["mass"])
-    J = np.asarray(QUADROTOR["inertia"])
+    m_plant = mass_scale * float(QUADROTOR["mass"])
     online = OnlineMPC(problem, MPC(ILQR(), max_iters=max_iters, horizon=horizon))
     n = horizon or int(problem.steps)
     hover = m_model * QUADROTOR["gravity"] / 4  # the model's hover thrust: the first plan
     plan = online.init(jnp.full((n, 4), hover, dtype))
-    model = mujoco.MjModel.from_xml_string(quadrotor_mjcf(mass_scale * m_model))
+    model = mujoco.MjModel.from_xml_string(quadrotor_mjcf(m_plant))
     data = mujoco.MjData(model)
     dt = float(problem.dt)
     assert abs(dt - QUAD_SUBSTEPS * model.opt.timestep) < 1e-12
     ticks_per_leg = round(seconds_per_leg / dt)
     waypoints = np.asarray(waypoints, float)
     latencies, thrusts, positions, legs = [], [], [np.array(data.qpos[:3])], []
+    poses, twists = [mujoco_pose(data)], [mujoco_twist(data)]
     health = []  # each tick's (status, stationarity), read back after the loop
     first = None
     k = 0
@@ -345,7 +366,7 @@ def run_quadrotor_loop(
             g = mujoco_pose(data)
             g[:3, 3] -= w  # relative to the waypoint: the model's target is the origin
             xi = mujoco_twist(data)
-            mu = np.concatenate([J * xi[:3], m_model * xi[3:]])  # the model's momentum
+            mu = np.concatenate([J @ xi[:3], m_model * xi[3:]])  # the model's momentum
             # NumPy arrays go to the compiled step as they are (no jnp.asarray: ~0.1 ms saved)
             x = gj.LieGroupState(g, mu)
             u, plan = online.step(plan, x, k * dt)
@@ -362,6 +383,8 @@ def run_quadrotor_loop(
             for _ in range(QUAD_SUBSTEPS):
                 mujoco.mj_step(model, data)
             positions.append(np.array(data.qpos[:3]))
+            poses.append(mujoco_pose(data))
+            twists.append(mujoco_twist(data))
             k += 1
         start = goal
     wall = t_start.elapsed
@@ -391,7 +414,9 @@ def run_quadrotor_loop(
         ticks_per_leg=ticks_per_leg,
         status=np.asarray([int(h[0]) for h in health]),
         stationarity=np.asarray([float(h[1]) for h in health]),
-        mass=(m_model, mass_scale * m_model),
+        mass=(m_model, m_plant),
+        poses=np.stack(poses),
+        twists=np.stack(twists),
     )
 
 
