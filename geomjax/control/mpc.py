@@ -33,14 +33,14 @@ from .._internal.eager import top_level_options
 from .._internal.tracing import any_traced, is_traced
 from .._internal.warn import renamed, renamed_attribute
 from .._internal.warn import warn as _warn
-from ..integrators.base import AbstractMethod
+from ..integrators.base import AbstractMethod, WrappedMethod
 from ..results import ConvergenceError, Status
 from ..systems.base import prepare_systems
 from .status import MAX_ITERS, SUCCESSFUL
 from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
 from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
-from .trajopt.problem import Actuated, WrappedMethod
+from .trajopt.problem import Actuated
 from .trajopt.solvers import default_tol
 
 __all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]

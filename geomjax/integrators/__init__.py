@@ -1,7 +1,7 @@
 """Integrators (methods) and the single driver :func:`simulate`."""
 
 from .._linalg import solve3
-from .base import AbstractMethod, GradientHooks, StepStats
+from .base import AbstractMethod, GradientHooks, StepStats, WrappedMethod
 from .euler import SemiImplicitEuler
 from .lgvi import LGVI
 from .newton import newton_solve
@@ -22,6 +22,7 @@ __all__ = [
     "SemiImplicitEuler",
     "Solution",
     "StepStats",
+    "WrappedMethod",
     "batch_mesh",
     "diagnostics",
     "load_solution",

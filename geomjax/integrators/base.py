@@ -106,6 +106,26 @@ class AbstractMethod(eqx.Module):
         return state
 
 
+class WrappedMethod(AbstractMethod):
+    """A method that changes how another one, ``method``, is called — its control (a thrust map:
+    :class:`~geomjax.control.trajopt.Actuated`; a configuration-dependent input map:
+    :class:`~geomjax.learn.InputMapped`) or its time — and is otherwise that method: its order,
+    the systems it supports and its control's shape are ``method``'s unless overridden.  A
+    subclass declares the field ``method`` and implements :meth:`step`."""
+
+    method: eqx.AbstractVar[AbstractMethod]
+
+    @property
+    def order(self):
+        return self.method.order
+
+    def supports(self, system) -> bool:
+        return self.method.supports(system)
+
+    def control_shape(self, system):
+        return self.method.control_shape(system)
+
+
 class GradientHooks(eqx.Module):
     """Opt-in hooks that make a method's gradients cheaper; none changes a result.
 

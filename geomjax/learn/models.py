@@ -30,7 +30,7 @@ import numpy as np
 
 from .._internal.eager import top_level_options
 from .._internal.warn import renamed
-from ..integrators.base import AbstractMethod
+from ..integrators.base import AbstractMethod, WrappedMethod
 from ..lie import SE3, SO3, LieGroup
 from ..results import Status
 from ..systems.nonholonomic import NonholonomicState, NonholonomicSystem
@@ -444,7 +444,7 @@ class NeuralInputMap(eqx.Module):
         return self.matrix(q) @ u
 
 
-class InputMapped(AbstractMethod):
+class InputMapped(WrappedMethod):
     """``method`` driven through a configuration-dependent input map: the body force of a step
     is ``B(g_k) u`` for the command ``u`` ``(m,)``, ``B(g) = input_map.matrix(g)`` ``(dim, m)``
     evaluated at the step's initial configuration and held over the step (e.g. a
@@ -456,13 +456,6 @@ class InputMapped(AbstractMethod):
 
     method: AbstractMethod
     input_map: eqx.Module
-
-    @property
-    def order(self):
-        return self.method.order
-
-    def supports(self, system) -> bool:
-        return self.method.supports(system)
 
     def control_shape(self, system):
         m = getattr(self.input_map, "m", None)  # the commands' width (None: not checked)

@@ -12,28 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._internal.tracing import is_traced
-from ...integrators.base import AbstractMethod
+from ...integrators.base import AbstractMethod, WrappedMethod
 from ...systems.base import prepare_systems
 from .chart import AbstractStateChart, default_chart
 
 __all__ = ["Actuated", "OptimalControlProblem", "ResidualCost"]
-
-
-class WrappedMethod(AbstractMethod):
-    """A method that changes how another one, ``method``, is called (its control, its time):
-    order and supported systems are ``method``'s."""
-
-    method: eqx.AbstractVar[AbstractMethod]
-
-    @property
-    def order(self):
-        return self.method.order
-
-    def supports(self, system) -> bool:
-        return self.method.supports(system)
-
-    def control_shape(self, system):
-        return self.method.control_shape(system)
 
 
 class Actuated(WrappedMethod):
