@@ -36,6 +36,11 @@ crocoddyl.
     1024 unbounded quadrotor problems under ``vmap`` in one program against the same iLQR solves
     one after another and crocoddyl's FDDP one after another, all in this process, rounds
     interleaved (:func:`crocoddyl_batch_rows`); ``bench_trajopt_batch_crocoddyl.json``.
+(h) ``--held-out-only`` (alone): the attitude problem to 8 random rotations (up to 1.5 rad) and
+    the rolling ball to 8 random poses (attitude up to 1 rad, contact point in [−0.5, 0.5]²),
+    each by iLQR and DDP: status, iterations, cost, and per problem and solver the median and
+    largest iteration count (:func:`held_out_rows`; no IPOPT: no CasADi transcription of these
+    problems exists); ``bench_trajopt_held_out.json``.
 Table + JSON (``benchmarks/results/bench_trajopt.json``), and a plot of the cost against wall
 time per solver for (a) and (b) (``benchmarks/results/bench_trajopt.png``).
 """
@@ -132,6 +137,36 @@ def random_targets(count=20, seed=0, radius=2.0):
         v = rng.uniform(-radius, radius, 3)
         if np.linalg.norm(v) <= radius:
             out.append(tuple(float(a) for a in v))
+    return out
+
+
+def random_rotations(count=8, seed=0, max_angle=1.5):
+    """``count`` rotations ``(axis, angle)``: the axis uniform on the unit sphere, the angle
+    uniform in ``[0, max_angle]`` (``numpy.random.default_rng(seed)``): the held-out targets of
+    the attitude problem (``attitude_problem(axis=..., angle=...)``, whose worked example turns
+    by 1.5 rad about ``(1, 2, −1)``), section (h) and the solver's tests."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        v = rng.normal(size=3)
+        out.append(
+            (tuple(float(a) for a in v / np.linalg.norm(v)), float(rng.uniform(0, max_angle)))
+        )
+    return out
+
+
+def random_ball_targets(count=8, seed=0, max_angle=1.0, half_width=0.5):
+    """``count`` rolling-ball targets ``(rotation matrix, position)``: the attitude a
+    :func:`random_rotations` draw (up to ``max_angle``), the contact point uniform in the square
+    ``[−half_width, half_width]²`` (the worked example: 0.8 rad about ``(1, −1, 2)``, position
+    ``(0.5, 0)``); section (h) and the solver's tests."""
+    from geomjax.lie import SO3
+
+    rng = np.random.default_rng([seed, 1])  # a stream of its own for the positions
+    out = []
+    for axis, angle in random_rotations(count, seed, max_angle):
+        R = np.asarray(SO3.from_axis_angle(jnp.asarray(axis), jnp.asarray(angle)))
+        out.append((R, tuple(float(a) for a in rng.uniform(-half_width, half_width, 2))))
     return out
 
 
@@ -314,6 +349,83 @@ def random_target_summary(rows):
                 cost_le_peers=f"{best}/{compared}",
             )
         )
+    return out
+
+
+def held_out_rows(fast, count=None):
+    """(h) the attitude problem (torques in [−0.2, 0.2], penalty target, RKMK4, 20 steps: the
+    setting of (b)) to :func:`random_rotations` (up to 1.5 rad, seeded with 0) from zero
+    torques, and the rolling ball (fixed plate, no speed bound, penalty target of weight 1e3) to
+    :func:`random_ball_targets` (up to 1 rad, contact point in [−0.5, 0.5]², seeded with 0) from
+    the documented loop guess, each by iLQR and DDP (one compiled program per problem and
+    solver, at most 300 iterations).  No CasADi transcription of either problem exists
+    (bench_casadi.py transcribes the quadrotor only), so IPOPT is not run here.  Rows: problem,
+    target, solver, status, iterations, cost."""
+    import equinox as eqx
+
+    from geomjax.control.examples import loop_controls, rolling_ball_problem
+
+    count = count or (3 if fast else 8)
+    run = eqx.filter_jit(lambda p, s, u: solve_ocp(p, s, u, max_iters=300))
+    cases = []
+    for axis, angle in random_rotations(count, seed=0):
+        prob = attitude_problem(
+            torque_max=0.2,
+            exact_target=False,
+            steps=20,
+            method=gj.RKMK4(),
+            weight=100.0,
+            axis=axis,
+            angle=angle,
+        )
+        label = f"{angle:.2f} rad about ({axis[0]:+.2f}, {axis[1]:+.2f}, {axis[2]:+.2f})"
+        cases.append(("attitude", label, prob, jnp.zeros((20, 3))))
+    for R, position in random_ball_targets(count, seed=0):
+        prob = rolling_ball_problem(
+            target_attitude=jnp.asarray(R), target_position=position, exact_target=False
+        )
+        angle = float(np.arccos(np.clip((np.trace(R) - 1) / 2, -1, 1)))
+        label = f"{angle:.2f} rad, ({position[0]:+.2f}, {position[1]:+.2f})"
+        cases.append(("rolling ball", label, prob, loop_controls(20, 2.0)))
+    rows = []
+    for problem, label, prob, u0 in cases:
+        for name, solver in (("ILQR", ILQR()), ("DDP", DDP())):
+            sol = run(prob, solver, u0)
+            rows.append(
+                dict(
+                    problem=problem,
+                    target=label,
+                    solver=name,
+                    status=sol.stop_reason,
+                    iterations=int(sol.iterations),
+                    cost=float(sol.cost),
+                )
+            )
+    return rows
+
+
+def held_out_summary(rows):
+    """Per problem and solver: median and largest iteration count, how many converged, and on
+    how many targets its cost is the lower of the two solvers' (1e-9 relative slack)."""
+    out = []
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        mine = [r for r in rows if r["problem"] == problem]
+        best = {}
+        for r in mine:
+            best[r["target"]] = min(best.get(r["target"], np.inf), r["cost"])
+        for name in dict.fromkeys(r["solver"] for r in mine):
+            rs = [r for r in mine if r["solver"] == name]
+            its = [r["iterations"] for r in rs]
+            out.append(
+                dict(
+                    problem=problem,
+                    solver=name,
+                    median_iterations=float(np.median(its)),
+                    max_iterations=max(its),
+                    converged=f"{sum(r['status'] == 'converged' for r in rs)}/{len(rs)}",
+                    lowest_cost=f"{sum(r['cost'] <= best[r['target']] * (1 + 1e-9) for r in rs)}/{len(rs)}",
+                )
+            )
     return out
 
 
@@ -838,6 +950,13 @@ def main(argv=None):
         grows = crocoddyl_batch_rows(fast)
         print_table(grows, list(grows[0]), "(g) batches against crocoddyl, one process")
         write_json("bench_trajopt_batch_crocoddyl", dict(rows=grows, load_average=os.getloadavg()))
+        return
+    if "--held-out-only" in argv:  # (h) alone
+        hrows = held_out_rows(fast)
+        print_table(hrows, list(hrows[0]), "(h) attitude and rolling ball, held-out targets")
+        hsum = held_out_summary(hrows)
+        print_table(hsum, list(hsum[0]), "(h) summary")
+        write_json("bench_trajopt_held_out", dict(rows=hrows, summary=hsum))
         return
     if "--random-targets-only" in argv:  # (f) alone
         trows = random_target_rows(fast)

@@ -827,10 +827,13 @@ def attitude_problem(
     exact_target: bool = True,
     weight: float = 1e3,
     dtype=None,
+    *,
+    axis=(1.0, 2.0, -1.0),
 ):
     """Rest-to-rest reorientation of a rigid body by body torques with per-axis limits
     ``|u_i| ≤ torque_max`` (pass None for no limits): minimum ``½∫|u|² dt``, from ``R = I`` at
-    rest to rest at ``exp(angle · (1, 2, −1)/√6)``.  ``exact_target``: the final state as a
+    rest to rest at ``exp(angle · n̂)``, ``n̂ = axis/|axis|`` (default ``(1, 2, −1)/√6``; other
+    axes give held-out targets).  ``exact_target``: the final state as a
     terminal equality (solve with :class:`~geomjax.control.trajopt.AugmentedLagrangian`);
     otherwise the penalty ``weight/2 (|log(R*⁻¹R)|² + |Ω|²)``.  Default method: :class:`~geomjax.LGVI`.
     The default limit 0.8 is active and feasible: the minimum-effort single-axis profiles
@@ -842,7 +845,14 @@ def attitude_problem(
 
     dtype = dtype or jnp.result_type(float)
     system = RigidBody(jnp.asarray(inertia, dtype))
-    axis = jnp.array([1.0, 2.0, -1.0], dtype) / math.sqrt(6.0)
+    axis = jnp.asarray(axis, dtype)
+    if axis.shape != (3,):
+        raise ValueError(
+            f"attitude_problem: argument 'axis' must have shape (3,), got {axis.shape}"
+        )
+    if not is_traced(axis) and not float(jnp.linalg.norm(axis)) > 0:
+        raise ValueError("attitude_problem: argument 'axis' must be a non-zero vector")
+    axis = axis / jnp.sqrt(jnp.sum(axis**2))  # the default: (1, 2, -1)/√6 to the last bit
     Rt = SO3.from_axis_angle(axis, jnp.asarray(angle, dtype))
     x0 = RigidBodyState(jnp.eye(3, dtype=dtype), jnp.zeros(3, dtype))
     res = _AttitudeTarget(Rt, system)

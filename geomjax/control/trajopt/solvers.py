@@ -124,6 +124,15 @@ class AbstractDDPSolver(AbstractOCPSolver):
             1`` leaves the box by 1e3 N, and crocoddyl's schedule keeps accepting steps of
             ``α ≈ 1/64`` without ever raising ``reg`` (bounded quadrotor to ``(2, 1, 1.5)``,
             iterations 3–40).
+        reg_decrease: the factor by which an accepted full step lowers the regularization
+            (default None: ``reg_factor``, crocoddyl's schedule).  DDP's curvature terms make
+            ``Q_uu`` indefinite far from the optimum, so its regularization rises early (to
+            1e-2–1e-1 on the quadrotor, whose control weight is 1e-6) and then falls one decade
+            per full step: the iterations in between are damped, gradient-like steps, and the
+            quadratic convergence starts only at the floor.  100 lowered DDP's iterations on the
+            quadrotor from 26 to 22, and on the 20 held-out bounded targets of ``geomjax bench
+            trajopt`` from a median of 42.5 to 34 (largest 77 → 83), at the same optima; on
+            ``(2, 1, 1.5)`` 46 → 48, so it is not the default.
         line_steps: step lengths ``1, ½, …, 2^{1−line_steps}``.
         accept: a step is accepted when the cost decrease is ``≥ accept ×`` the expected one.
         accept_increase: while gaps remain, a predicted increase may be exceeded by this factor.
@@ -151,6 +160,7 @@ class AbstractDDPSolver(AbstractOCPSolver):
     accept_increase: float = 2.0
     qp_iters: int = eqx.field(static=True, default=20)
     short_step: float = 0.0
+    reg_decrease: float | None = None
 
     def init(self, problem, xs, us, feasible, max_iters: int, duals=None, k=None) -> DDPState:
         """Also: ``duals``, the augmented-Lagrangian multipliers and penalty held fixed during
@@ -306,12 +316,14 @@ class AbstractDDPSolver(AbstractOCPSolver):
     def update_regularization(self, reg, trial: Trial, converged):
         """The Levenberg–Marquardt schedule after the line search (crocoddyl's
         ``decreaseRegularization`` / ``increaseRegularization``, plus the short-step rule):
-        ``reg ← max(reg / reg_factor, reg_min)`` after an accepted step longer than ½, ``reg ←
+        ``reg ← max(reg / reg_decrease, reg_min)`` (``reg_decrease`` defaults to ``reg_factor``)
+        after an accepted step longer than ½, ``reg ←
         min(reg · reg_factor, reg_max)`` when no step was accepted (and the iterate has not
         converged) or the accepted one is shorter than ``short_step``, else unchanged."""
+        down = self.reg_factor if self.reg_decrease is None else self.reg_decrease
         reg1 = jnp.where(
             trial.accepted & (trial.alpha > 0.5),
-            jnp.maximum(reg / self.reg_factor, self.reg_min),
+            jnp.maximum(reg / down, self.reg_min),
             reg,
         )
         short = trial.accepted & (trial.alpha < self.short_step)
