@@ -1145,12 +1145,16 @@ def _lm_cg_run_program(
 
     Damping: Levenberg's, ``μ = λ σ₁²`` in the unknowns' own units (``σ₁²`` the largest
     eigenvalue of ``JᵀJ`` at the start, by power iteration; see :func:`_lm_run_program` for why
-    not Marquardt's scaling), ``λ`` divided by 3 after an accepted step and doubled after a
-    rejected one.  The conjugate gradients stop when the residual of the damped system falls to
-    ``10⁻³ |Jᵀr|`` or after ``cg_steps`` iterations (a truncated step is still a descent
-    direction).  Converged when the decrease the damped Gauss–Newton model predicts for the step
-    is at most ``rtol·cost + atol`` at damping ``λ ≤ 10⁻³`` (the undamped decrement is then
-    within a factor of about 2 of it), or an accepted step changes the cost by at most
+    not Marquardt's scaling), ``λ`` updated from the gain ratio ``ρ`` of the actual to the
+    predicted decrease: ``λ ← λ max(1/3, 1 − (2ρ − 1)³)`` after an accepted step, ``λ ← λ ν``
+    with ``ν`` doubling over consecutive rejections (Nielsen's rule: Madsen, Nielsen & Tingleff,
+    *Methods for non-linear least squares problems*, 2nd ed., DTU 2004, §3.2).  The conjugate
+    gradients stop when the residual of the damped system falls to ``10⁻³ |Jᵀr|`` or after
+    ``cg_steps`` iterations (a truncated step is still a descent direction).  Converged when the
+    decrease the damped Gauss–Newton model predicts for the step is at most ``rtol·cost + atol``
+    at damping ``λ ≤ 10⁻³`` (the damped decrease, ``½ Σ gᵢ² (aᵢ + 2μ) / (aᵢ + μ)²`` over the
+    eigenvalues ``aᵢ`` of ``JᵀJ``, is a lower bound of the Gauss–Newton decrement ``½ Σ gᵢ² / aᵢ``
+    that the small damping keeps close), or an accepted step changes the cost by at most
     ``rtol·cost + atol`` and the unknowns by a relative ``sqrt(rtol)``, or the gradient vanishes
     (``max |Jᵀr| ≤ atol``).  ``starts``, ``cols``, ``history``: as :func:`_lm_run_program`.
     Returns ``(x, converged, iterations, λ, costs, cg iterations)``."""
@@ -1180,16 +1184,16 @@ def _lm_cg_run_program(
         vjp = jax.linear_transpose(jvp, z0)
         return r, jvp, lambda u: vjp(u)[0]
 
-    # σ₁² of J at x0 by power iteration (the damping's scale)
-    _, jvp0, vjp0 = linear(x0)
+    def power(jvp, vjp):
+        """σ₁² of ``J`` by power iteration on ``JᵀJ`` (the damping's scale)."""
 
-    def power(_, v):
-        w = vjp0(jvp0(v))
-        return w / jnp.maximum(jnp.linalg.norm(w), jnp.finfo(dtype).tiny)
+        def it(_, v):
+            w = vjp(jvp(v))
+            return w / jnp.maximum(jnp.linalg.norm(w), jnp.finfo(dtype).tiny)
 
-    v = jax.random.normal(jax.random.PRNGKey(1), (n_act,), dtype)
-    v = jax.lax.fori_loop(0, 20, power, v / jnp.linalg.norm(v))
-    scale = jnp.maximum(v @ vjp0(jvp0(v)), jnp.finfo(dtype).tiny)
+        v = jax.random.normal(jax.random.PRNGKey(1), (n_act,), dtype)
+        v = jax.lax.fori_loop(0, 20, it, v / jnp.linalg.norm(v))
+        return jnp.maximum(v @ vjp(jvp(v)), jnp.finfo(dtype).tiny)
 
     inf = jnp.asarray(jnp.inf, dtype)
     init = (
@@ -1201,14 +1205,17 @@ def _lm_cg_run_program(
         jnp.asarray(False),
         jnp.full((max(int(history), 1),), jnp.nan, dtype),
         jnp.asarray(0),
+        jnp.asarray(1.0, dtype),  # σ₁², set at the first iteration
+        jnp.asarray(1.0, dtype),  # the decrease the model predicted for the trial step
+        jnp.asarray(2.0, dtype),  # the factor of the next rejection
     )
 
     def cond(c):
-        _, _, _, lam, k, done, _, _ = c
+        lam, k, done = c[3], c[4], c[5]
         return (~done) & (k < max_steps) & (lam < 1e16)
 
     def body(c):
-        x, cost, xt, lam, k, _, hist, n_cg = c
+        x, cost, xt, lam, k, _, hist, n_cg, scale, pred_t, nu = c
         rt = fn(xt)
         cost_t = 0.5 * jnp.sum(rt**2)
         ok = jnp.isfinite(cost_t) & (cost_t <= cost)
@@ -1222,11 +1229,17 @@ def _lm_cg_run_program(
                 <= jnp.sqrt(rtol) * (jnp.linalg.norm(active(x)) + jnp.sqrt(rtol))
             )
         )
+        # Nielsen's update of the damping from the gain ratio ρ (actual / predicted decrease)
+        rho = (cost - cost_t) / jnp.maximum(pred_t, jnp.finfo(dtype).tiny)
+        shrink = jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * jnp.clip(rho, 0.0, 1.0) - 1.0) ** 3)
+        lam = jnp.where(first, lam, jnp.where(ok, lam * shrink, lam * nu))
+        nu = jnp.where(ok, 2.0, 2.0 * nu)
         x = jnp.where(ok, xt, x)
         cost = jnp.where(ok, cost_t, cost)
-        lam = jnp.where(first, lam, jnp.where(ok, lam / 3.0, lam * 2.0))
         r, jvp, vjp = linear(x)
         g = vjp(r)
+        # the scale once, at the start (the same linearization as the steps': one copy of it)
+        scale = jax.lax.cond(first, lambda: power(jvp, vjp), lambda: scale)
         mu = lam * scale
         dx, i = normal_cg(jvp, vjp, -g, mu, cg_steps)
         # the damped model's predicted decrease, −gᵀδ − ½|Jδ|², with JᵀJδ ≈ −g − μδ
@@ -1234,9 +1247,9 @@ def _lm_cg_run_program(
         converged_here = ~first & (lam <= 1e-3) & (pred <= rtol * cost + atol)
         done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
         hist = hist.at[k].set(cost, mode="drop")
-        return (x, cost, embed(x, dx), lam, k + 1, done, hist, n_cg + i)
+        return (x, cost, embed(x, dx), lam, k + 1, done, hist, n_cg + i, scale, pred, nu)
 
-    x, _, _, lam, k, done, hist, n_cg = jax.lax.while_loop(cond, body, init)
+    x, _, _, lam, k, done, hist, n_cg, *_ = jax.lax.while_loop(cond, body, init)
     return x, done, k, lam, hist, n_cg
 
 

@@ -604,6 +604,17 @@ def fit_model(
       floats, and takes an SVD of it.  No covariance or rank analysis (an overparameterized
       network is rank deficient by nature: the damping keeps each step defined).
       ``optimizer`` must then be None.
+    * ``solver="lm-cg"``: Levenberg–Marquardt with the same damping ``λ σ₁²`` (``λ`` updated by
+      Nielsen's rule from the ratio of actual to predicted decrease), its step
+      ``(JᵀJ + μ I) δ = −Jᵀr`` solved by conjugate gradients from products with the residuals'
+      linearization (``jax.linearize`` and its transpose: one forward-mode and one reverse-mode
+      product per conjugate-gradient iteration, at most ``cg_steps``, default 50), so the
+      Jacobian is never formed: an iteration costs at most ``cg_steps`` gradient evaluations
+      whatever the number of unknowns (networks of thousands of weights on long records, where
+      ``"lm"``'s Jacobian by forward mode takes one pass per unknown).  Converged when the
+      decrease that the damped Gauss–Newton model predicts for the step is at most
+      ``rtol·loss + atol`` at damping ``λ ≤ 10⁻³``, or by the step and gradient tests of
+      ``"lm"`` (:func:`~geomjax.learn.identify.levenberg_marquardt_cg`).
 
     ``segment_length`` may be a schedule, a sequence of ``(length, max_iters)`` stages, e.g.
     ``((2, 300), (5, 150), (10, 150))``: short segments first (each nearly linear in the

@@ -58,7 +58,7 @@ def test_lm_cg_fit_stops_and_says_why():
     cg = fit_model(
         student(), data, solver="lm-cg", max_iters=60, cg_steps=200, rtol=1e-8, atol=1e-6, **KW
     )
-    loss, y0, _ = fitting_loss(
+    loss, _, _ = fitting_loss(
         cg.system, data, neural_leaves, kinds="free", continuity_weight=1.0, **KW
     )
     assert cg.solver == "lm-cg" and cg.losses.size == cg.iterations
