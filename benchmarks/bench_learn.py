@@ -2,7 +2,7 @@
 against a black-box neural ODE (diffrax, an MLP vector field on the flattened state), side by
 side, trained on the same noisy records with the same optimizer budget.
 
-    python benchmarks/bench_learn.py [--fast] [--memory | --training | --potential]
+    python benchmarks/bench_learn.py [--fast] [--memory | --training | --potential [--recipe NAME]]
     (or: geomjax bench learn)
 
 Data: 1-s records (21 samples, h = 0.05 s) of the pendulum of ``geomjax.learn.problems``,
@@ -25,13 +25,15 @@ model from a tenth of its data), and report:
   ``--memory`` only this section runs.
 
 * training to convergence (:func:`training_section`; with ``--training`` only this section):
-  Adam and Levenberg–Marquardt on the pendulum, compile and run timed apart, loss against wall
+  Adam, Levenberg–Marquardt and Levenberg–Marquardt by conjugate gradients on the pendulum,
+  compile and run timed apart, loss against wall
   time, rollout errors of the two models.
 
 * a potential that predicts far (:func:`potential_section`; with ``--potential`` only this
   section): the tilted anisotropic potential of ``geomjax.learn.problems.TILTED`` from sixteen
-  2-s orientation-only records, the learning guide's recipe against the long-segment recipe of
-  ``tests/learn/test_far_prediction.py``, compile and run timed apart, errors at 1, 3 and 10
+  2-s orientation-only records, the learning guide's first recipe, the long-segment one with
+  Adam, and Levenberg–Marquardt by conjugate gradients (the recipe of
+  ``tests/learn/test_far_prediction.py``), compile and run timed apart (wall and CPU), errors at 1, 3 and 10
   times the record length on three new motions, torque error on attitudes of the well.
 
 Writes ``benchmarks/results/learn.json``, ``learn_memory.json``, ``learn_training.json``,
@@ -46,7 +48,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, print_table, save_figure, write_json
+from common import RESULTS, fast_mode, print_table, save_figure, timer, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -215,11 +217,16 @@ def training_section(fast):
     ``LM_SCHEDULE``, each called twice: the first call compiles (every stage of a schedule is
     one program), the second reuses the program, so compile ≈ first − second.  Loss against
     wall time (the second call's; for LM at the end of each stage, the solve of a stage being
-    one call) goes into the JSON."""
+    one call) goes into the JSON.  ``"lm-cg"``: Levenberg–Marquardt with its step by conjugate
+    gradients (the Jacobian never formed) on the same schedule."""
     data = pendulum_records(4, 21, seed=0)
     motions = held_out_motions()
     rows, curves = [], {}
-    for solver, schedule in (("adam", ADAM_SCHEDULE), ("lm", LM_SCHEDULE)):
+    for solver, schedule in (
+        ("adam", ADAM_SCHEDULE),
+        ("lm", LM_SCHEDULE),
+        ("lm-cg", LM_SCHEDULE),
+    ):
         if fast:
             schedule = tuple((a, max(b // 2, 1)) for a, b in schedule)
         times = []
@@ -241,6 +248,7 @@ def training_section(fast):
                 noise=1e-3,
                 velocity_noise=1e-2,
                 ftol=0.0 if solver == "adam" else 1e-4,
+                **({"cg_steps": 100} if solver == "lm-cg" else {}),
                 callback=lambda k, v: stamps.append(time.perf_counter()),
             )
             times.append(time.perf_counter() - t0)
@@ -275,8 +283,17 @@ def training_section(fast):
     return rows
 
 
-#: the tilted potential's recipes: the guide's first recipe and the long-segment one
+#: the tilted potential's recipes: the guide's first recipe, the long-segment one with Adam, and
+#: the recipe of the learning guide and of ``tests/learn/test_far_prediction.py``:
+#: Levenberg–Marquardt by conjugate gradients from 0.05-s segments to 0.5-s ones
 POTENTIAL_RECIPES = {
+    "lm-cg": dict(
+        solver="lm-cg",
+        segment_length=((5, 8), (25, 8), (50, 20)),
+        cg_steps=40,
+        substeps=1,
+        restart="motion",
+    ),
     "guide": dict(segment_length=((2, 300), (5, 150), (10, 150)), substeps=2),
     "long segments": dict(
         segment_length=((2, 300), (5, 150), (10, 150), (25, 150), (50, 150)),
@@ -287,11 +304,12 @@ POTENTIAL_RECIPES = {
 }
 
 
-def potential_section(fast):
+def potential_section(fast, only=None):
     """The tilted potential (``TILTED``): each recipe's fit called twice (compile ≈ first −
     second), errors against DOP853 on three new motions at 1×, 3×, 10× the 2-s records, and the
     largest torque error on attitudes within 0.9 rad of the well's axis (relative to the largest
-    true torque).  ``--fast``: a third of each stage's steps."""
+    true torque); wall and CPU time of each call.  ``--fast``: a third of each stage's steps;
+    ``--recipe NAME``: that recipe only."""
     from geomjax.learn.problems import (
         TILTED,
         tilted_initial_states,
@@ -321,19 +339,22 @@ def potential_section(fast):
     tau_true = np.cross(z, tilted_potential_gradient(z))
     rows = []
     for name, recipe in POTENTIAL_RECIPES.items():
+        if only is not None and name != only:
+            continue
         recipe = dict(recipe)
         if fast:
             recipe["segment_length"] = tuple(
                 (a, max(b // 3, 1)) for a, b in recipe["segment_length"]
             )
-        times = []
+        times, cpu = [], []
         for _ in range(2):
             V = NeuralPotential(
                 gj.SO3, jax.random.PRNGKey(0), width=32, depth=2, invariant="vertical"
             )
-            t0 = time.perf_counter()
-            out = fit_model(gj.RigidBody(TILTED["inertia"], V), data, noise=1e-4, **recipe)
-            times.append(time.perf_counter() - t0)
+            with timer() as wall, timer(time.process_time) as proc:
+                out = fit_model(gj.RigidBody(TILTED["inertia"], V), data, noise=1e-4, **recipe)
+            times.append(wall.s)
+            cpu.append(proc.s)
         model, h = out.system, 0.01 / recipe["substeps"]
         errs = []
         for R0, w0, R_ref in motions:
@@ -350,6 +371,9 @@ def potential_section(fast):
                 "first_call_s": times[0],
                 "second_call_s": times[1],
                 "compile_s": times[0] - times[1],
+                "first_call_cpu_s": cpu[0],
+                "second_call_cpu_s": cpu[1],
+                "compile_cpu_s": cpu[0] - cpu[1],
                 "final_loss": float(out.losses[-1]),
                 "err_1x": float(err[:201].max()),
                 "err_3x": float(err[:601].max()),
@@ -361,7 +385,8 @@ def potential_section(fast):
                 "status": out.stop_reason,
             }
         )
-    cols = ["recipe", "iterations", "first_call_s", "second_call_s", "compile_s", "final_loss"]
+    cols = ["recipe", "iterations", "first_call_s", "second_call_s", "compile_s"]
+    cols += ["first_call_cpu_s", "second_call_cpu_s", "compile_cpu_s", "final_loss"]
     cols += ["err_1x", "err_3x", "err_10x", "torque_rel", "status"]
     print_table(rows, cols, title="a potential that predicts far (TILTED)")
     write_json("learn_potential", {"rows": rows, "fast": fast})
@@ -372,7 +397,10 @@ def main(argv=None):
     fast = fast_mode(argv)
     argv = sys.argv[1:] if argv is None else argv
     if "--potential" in argv:
-        potential_section(fast)
+        only = argv[argv.index("--recipe") + 1] if "--recipe" in argv else None
+        if only is not None and only not in POTENTIAL_RECIPES:
+            raise SystemExit(f"--recipe: one of {sorted(POTENTIAL_RECIPES)}, got {only!r}")
+        potential_section(fast, only)
         return
     if "--memory" in argv:
         memory_section(fast)

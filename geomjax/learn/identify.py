@@ -1061,3 +1061,196 @@ def _lm_run_program(
 
 # an eager call compiles with XLA:CPU's small-loop threshold raised for this program alone
 _lm_run = top_level_options(_lm_run_program, small_loops=True)
+
+
+def normal_cg(jvp, vjp, b, mu, max_steps, tol=1e-3):
+    """``(δ, iterations)``: ``(JᵀJ + μ I) δ = b`` by conjugate gradients from ``δ = 0``, ``J``
+    given by its products ``jvp(v) = J v`` and ``vjp(u) = Jᵀ u`` only; stops when the residual
+    is at most ``tol |b|`` or after ``max_steps`` iterations (traced or static)."""
+    dtype = b.dtype
+    tiny = jnp.finfo(dtype).tiny
+    tol2 = (tol * jnp.linalg.norm(b)) ** 2
+
+    def cond(c):
+        _, _, _, rr, i = c
+        return (i < max_steps) & (rr > tol2)
+
+    def body(c):
+        d, res, p, rr, i = c
+        Ap = vjp(jvp(p)) + mu * p
+        alpha = rr / jnp.maximum(p @ Ap, tiny)
+        d = d + alpha * p
+        res = res - alpha * Ap
+        rr_new = res @ res
+        p = res + (rr_new / jnp.maximum(rr, tiny)) * p
+        return d, res, p, rr_new, i + 1
+
+    d, _, _, _, i = jax.lax.while_loop(cond, body, (jnp.zeros_like(b), b, b, b @ b, jnp.asarray(0)))
+    return d, i
+
+
+def levenberg_marquardt_cg(
+    x0, weight, max_steps, rtol, atol, args, cg_steps=50, history=0, starts=None, cols=None
+):
+    """Levenberg–Marquardt with its step by conjugate gradients (:func:`_lm_cg_run_program`):
+    ``(x, converged, steps, reason, costs, cg)``, ``costs`` as :func:`levenberg_marquardt`'s,
+    ``cg`` the conjugate-gradient iterations of all its steps together."""
+    x, done, k, lam, hist, cg = _lm_cg_run(
+        x0,
+        weight,
+        jnp.asarray(max_steps),
+        rtol,
+        atol,
+        *args,
+        cg_steps=int(cg_steps),
+        history=int(history),
+        starts=starts,
+        cols=cols,
+    )
+    done, k, lam = bool(done), int(k), float(lam)
+    if done:
+        why = "converged"
+    elif lam >= 1e16:
+        why = "the damping grew without bound (no step lowers the cost)"
+    else:
+        why = f"max_iters={max_steps} reached"
+    return x, done, k, why, np.asarray(hist)[: min(k, int(history))], int(cg)
+
+
+def _lm_cg_run_program(
+    x0,
+    weight,
+    max_steps,
+    rtol,
+    atol,
+    spec,
+    model,
+    method,
+    adjoint,
+    tables,
+    noise,
+    cg_steps=50,
+    history=0,
+    starts=None,
+    cols=None,
+):
+    """Levenberg–Marquardt whose step ``(JᵀJ + μ I) δ = −Jᵀr`` is solved matrix-free by
+    conjugate gradients (Hestenes & Stiefel, *Methods of conjugate gradients for solving linear
+    systems*, J. Res. NBS 1952; as the inner solve of an inexact Gauss–Newton method, Nocedal &
+    Wright, *Numerical Optimization*, 2nd ed., §7.1 and §10.3): each product with ``JᵀJ`` is one
+    forward-mode product of the residuals' linearization (``jax.linearize``, formed once per
+    accepted point) and one transposed product, so the Jacobian is never formed — the cost of an
+    iteration is that of at most ``cg_steps`` (static) gradient evaluations, whatever the
+    number of unknowns.
+
+    Damping: Levenberg's, ``μ = λ σ₁²`` in the unknowns' own units (``σ₁²`` the largest
+    eigenvalue of ``JᵀJ`` at the start, by power iteration; see :func:`_lm_run_program` for why
+    not Marquardt's scaling), ``λ`` updated from the gain ratio ``ρ`` of the actual to the
+    predicted decrease: ``λ ← λ max(1/3, 1 − (2ρ − 1)³)`` after an accepted step, ``λ ← λ ν``
+    with ``ν`` doubling over consecutive rejections (Nielsen's rule: Madsen, Nielsen & Tingleff,
+    *Methods for non-linear least squares problems*, 2nd ed., DTU 2004, §3.2).  The conjugate
+    gradients stop when the residual of the damped system falls to ``10⁻³ |Jᵀr|`` or after
+    ``cg_steps`` iterations (a truncated step is still a descent direction).  Converged when the
+    decrease the damped Gauss–Newton model predicts for the step is at most ``rtol·cost + atol``
+    at damping ``λ ≤ 10⁻³`` (the damped decrease, ``½ Σ gᵢ² (aᵢ + 2μ) / (aᵢ + μ)²`` over the
+    eigenvalues ``aᵢ`` of ``JᵀJ``, is a lower bound of the Gauss–Newton decrement ``½ Σ gᵢ² / aᵢ``
+    that the small damping keeps close), or an accepted step changes the cost by at most
+    ``rtol·cost + atol`` and the unknowns by a relative ``sqrt(rtol)``, or the gradient vanishes
+    (``max |Jᵀr| ≤ atol``).  ``starts``, ``cols``, ``history``: as :func:`_lm_run_program`.
+    Returns ``(x, converged, iterations, λ, costs, cg iterations)``."""
+    TRACES["levenberg_marquardt_cg"] += 1
+
+    def fn(x):
+        if starts is not None:
+            d, c = _residual_parts_reset(
+                x, weight, starts, spec, model, method, adjoint, tables, noise
+            )
+            return jnp.concatenate([d, c])
+        return _residual_vector(x, weight, spec, model, method, adjoint, tables, noise)
+
+    n_act = x0.size if cols is None else cols.shape[0]
+    dtype = x0.dtype
+
+    def embed(x, z):
+        return x + z if cols is None else x.at[cols].add(z, mode="drop")
+
+    def active(x):
+        return x if cols is None else x.at[cols].get(mode="fill", fill_value=0.0)
+
+    def linear(x):
+        """``(r, J·, Jᵀ·)`` at ``x`` (in the active unknowns)."""
+        z0 = jnp.zeros((n_act,), dtype)
+        r, jvp = jax.linearize(lambda z: fn(embed(x, z)), z0)
+        vjp = jax.linear_transpose(jvp, z0)
+        return r, jvp, lambda u: vjp(u)[0]
+
+    def power(jvp, vjp):
+        """σ₁² of ``J`` by power iteration on ``JᵀJ`` (the damping's scale)."""
+
+        def it(_, v):
+            w = vjp(jvp(v))
+            return w / jnp.maximum(jnp.linalg.norm(w), jnp.finfo(dtype).tiny)
+
+        v = jax.random.normal(jax.random.PRNGKey(1), (n_act,), dtype)
+        v = jax.lax.fori_loop(0, 20, it, v / jnp.linalg.norm(v))
+        return jnp.maximum(v @ vjp(jvp(v)), jnp.finfo(dtype).tiny)
+
+    inf = jnp.asarray(jnp.inf, dtype)
+    init = (
+        x0,  # accepted point
+        inf,  # its cost (none accepted yet)
+        x0,  # trial point
+        jnp.asarray(1e-3, dtype),
+        jnp.asarray(0),
+        jnp.asarray(False),
+        jnp.full((max(int(history), 1),), jnp.nan, dtype),
+        jnp.asarray(0),
+        jnp.asarray(1.0, dtype),  # σ₁², set at the first iteration
+        jnp.asarray(1.0, dtype),  # the decrease the model predicted for the trial step
+        jnp.asarray(2.0, dtype),  # the factor of the next rejection
+    )
+
+    def cond(c):
+        lam, k, done = c[3], c[4], c[5]
+        return (~done) & (k < max_steps) & (lam < 1e16)
+
+    def body(c):
+        x, cost, xt, lam, k, _, hist, n_cg, scale, pred_t, nu = c
+        rt = fn(xt)
+        cost_t = 0.5 * jnp.sum(rt**2)
+        ok = jnp.isfinite(cost_t) & (cost_t <= cost)
+        first = ~jnp.isfinite(cost)
+        small = (
+            ok
+            & ~first
+            & (cost - cost_t <= rtol * cost_t + atol)
+            & (
+                jnp.linalg.norm(active(xt - x))
+                <= jnp.sqrt(rtol) * (jnp.linalg.norm(active(x)) + jnp.sqrt(rtol))
+            )
+        )
+        # Nielsen's update of the damping from the gain ratio ρ (actual / predicted decrease)
+        rho = (cost - cost_t) / jnp.maximum(pred_t, jnp.finfo(dtype).tiny)
+        shrink = jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * jnp.clip(rho, 0.0, 1.0) - 1.0) ** 3)
+        lam = jnp.where(first, lam, jnp.where(ok, lam * shrink, lam * nu))
+        nu = jnp.where(ok, 2.0, 2.0 * nu)
+        x = jnp.where(ok, xt, x)
+        cost = jnp.where(ok, cost_t, cost)
+        r, jvp, vjp = linear(x)
+        g = vjp(r)
+        # the scale once, at the start (the same linearization as the steps': one copy of it)
+        scale = jax.lax.cond(first, lambda: power(jvp, vjp), lambda: scale)
+        mu = lam * scale
+        dx, i = normal_cg(jvp, vjp, -g, mu, cg_steps)
+        # the damped model's predicted decrease, −gᵀδ − ½|Jδ|², with JᵀJδ ≈ −g − μδ
+        pred = -0.5 * (g @ dx) + 0.5 * mu * (dx @ dx)
+        converged_here = ~first & (lam <= 1e-3) & (pred <= rtol * cost + atol)
+        done = small | converged_here | (jnp.max(jnp.abs(g)) <= atol)
+        hist = hist.at[k].set(cost, mode="drop")
+        return (x, cost, embed(x, dx), lam, k + 1, done, hist, n_cg + i, scale, pred, nu)
+
+    x, _, _, lam, k, done, hist, n_cg, *_ = jax.lax.while_loop(cond, body, init)
+    return x, done, k, lam, hist, n_cg
+
+
+_lm_cg_run = top_level_options(_lm_cg_run_program, small_loops=True)

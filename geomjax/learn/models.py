@@ -39,6 +39,7 @@ from .identify import (
     _residual_parts_reset,
     fitting_problem,
     levenberg_marquardt,
+    levenberg_marquardt_cg,
     segment_starts,
 )
 
@@ -566,6 +567,7 @@ def fit_model(
     window: int = 50,
     steps: int | None = None,
     restart: str = "records",
+    cg_steps: int = 50,
 ) -> ModelFit:
     """Train the leaves ``where(system)`` (default :func:`neural_leaves`) through the discrete flow.
 
@@ -595,6 +597,17 @@ def fit_model(
       floats, and takes an SVD of it.  No covariance or rank analysis (an overparameterized
       network is rank deficient by nature: the damping keeps each step defined).
       ``optimizer`` must then be None.
+    * ``solver="lm-cg"``: Levenberg–Marquardt with the same damping ``λ σ₁²`` (``λ`` updated by
+      Nielsen's rule from the ratio of actual to predicted decrease), its step
+      ``(JᵀJ + μ I) δ = −Jᵀr`` solved by conjugate gradients from products with the residuals'
+      linearization (``jax.linearize`` and its transpose: one forward-mode and one reverse-mode
+      product per conjugate-gradient iteration, at most ``cg_steps``, default 50), so the
+      Jacobian is never formed: an iteration costs at most ``cg_steps`` gradient evaluations
+      whatever the number of unknowns (networks of thousands of weights on long records, where
+      ``"lm"``'s Jacobian by forward mode takes one pass per unknown).  Converged when the
+      decrease that the damped Gauss–Newton model predicts for the step is at most
+      ``rtol·loss + atol`` at damping ``λ ≤ 10⁻³``, or by the step and gradient tests of
+      ``"lm"`` (:func:`~geomjax.learn.identify.levenberg_marquardt_cg`).
 
     ``segment_length`` may be a schedule, a sequence of ``(length, max_iters)`` stages, e.g.
     ``((2, 300), (5, 150), (10, 150))``: short segments first (each nearly linear in the
@@ -621,10 +634,14 @@ def fit_model(
         number of residuals once fitted); ``.check()`` raises :class:`~geomjax.learn.FitError`
         unless converged.
     """
-    if solver not in ("adam", "lm"):
-        raise ValueError(f"fit_model: argument 'solver' must be 'adam' or 'lm', got {solver!r}")
-    if solver == "lm" and optimizer is not None:
-        raise ValueError("fit_model: argument 'optimizer' must be None with solver='lm'")
+    if solver not in ("adam", "lm", "lm-cg"):
+        raise ValueError(
+            f"fit_model: argument 'solver' must be 'adam', 'lm' or 'lm-cg', got {solver!r}"
+        )
+    if solver != "adam" and optimizer is not None:
+        raise ValueError(f"fit_model: argument 'optimizer' must be None with solver={solver!r}")
+    if not (isinstance(cg_steps, int | np.integer) and cg_steps >= 1):
+        raise ValueError(f"fit_model: argument 'cg_steps' must be a positive int, got {cg_steps!r}")
     if restart not in ("records", "motion"):
         raise ValueError(
             f"fit_model: argument 'restart' must be 'records' or 'motion', got {restart!r}"
@@ -659,8 +676,11 @@ def fit_model(
     )
     n_theta = sum(pb.spec.theta_sizes)
     weight = jnp.asarray(continuity_weight, pb.dtype)
-    if solver == "lm":
-        return _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, restart)
+    if solver in ("lm", "lm-cg"):
+        cg = cg_steps if solver == "lm-cg" else None
+        return _fit_lm(
+            system, where, pb, stages, weight, n_theta, callback, rtol, atol, restart, cg
+        )
     total = sum(b for _, b in stages)
     name = "adam" if optimizer is None else "optimizer"
     if optimizer is None:
@@ -804,10 +824,10 @@ def _put_leaves(system, where, theta):
     return eqx.tree_at(where, system, replace=vals[0] if single else vals)
 
 
-def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, restart):
+def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, restart, cg=None):
     """Levenberg–Marquardt stage after stage (see :func:`fit_model`): one compiled program for
     every stage (the segments' starts and the iteration cap are traced)."""
-    losses, iterations = [], 0
+    losses, iterations, cg_total = [], 0, 0
     cap_max = max(cap for _, cap in stages)
     cols = [_active_columns(pb, n_theta, length) for length, _ in stages]
     width = max(c.size for c in cols)
@@ -817,18 +837,33 @@ def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, re
         y = _stage_start(pb, y, n_theta, starts, restart)
         starts = segment_starts(pb, length)
         c = np.concatenate([c, np.full(width - c.size, y.size)])  # padded past the end
-        y, _, _, done, k, why, costs = levenberg_marquardt(
-            y,
-            weight,
-            cap,
-            rtol,
-            atol,
-            pb.args,
-            history=cap_max,
-            svd=True,
-            starts=starts,
-            cols=jnp.asarray(c),
-        )
+        if cg is None:
+            y, _, _, done, k, why, costs = levenberg_marquardt(
+                y,
+                weight,
+                cap,
+                rtol,
+                atol,
+                pb.args,
+                history=cap_max,
+                svd=True,
+                starts=starts,
+                cols=jnp.asarray(c),
+            )
+        else:
+            y, done, k, why, costs, n_cg = levenberg_marquardt_cg(
+                y,
+                weight,
+                cap,
+                rtol,
+                atol,
+                pb.args,
+                cg_steps=cg,
+                history=cap_max,
+                starts=starts,
+                cols=jnp.asarray(c),
+            )
+            cg_total += n_cg
         iterations += k
         for c in costs:
             losses.append(float(c))
@@ -841,8 +876,9 @@ def _fit_lm(system, where, pb, stages, weight, n_theta, callback, rtol, atol, re
         else f"the Levenberg–Marquardt solve did not converge ({why}) in {k} iterations of the "
         f"last stage (segment length {length}): raise its max_iters, or rtol"
     )
+    name = "lm" if cg is None else "lm-cg"
     return _model_fit(
-        system, losses, done, message, iterations, "lm", _stage_unknowns(pb, y, length)
+        system, losses, done, message, iterations, name, _stage_unknowns(pb, y, length)
     )
 
 

@@ -68,12 +68,14 @@ def attitudes_in_the_well(n, max_tilt, seed=3):
     return np.stack(out)
 
 
-#: the recipe of the learning guide's "A potential that predicts far" (measured there)
+#: the recipe of the learning guide's "A potential that predicts far" (measured there):
+#: Levenberg–Marquardt with its step by conjugate gradients, from 0.05-s segments to 0.5-s ones
 FAR_RECIPE = dict(
-    segment_length=((2, 300), (5, 150), (10, 150), (25, 150), (50, 150)),
+    solver="lm-cg",
+    segment_length=((5, 8), (25, 8), (50, 20)),
+    cg_steps=40,
     substeps=1,
     noise=1e-4,
-    ftol=0.0,
     restart="motion",
 )
 
@@ -82,19 +84,19 @@ FAR_RECIPE = dict(
 def test_learned_potential_predicts_far():
     """Sixteen 2-s orientation-only records at 100 Hz (noise 1e-4 rad, velocities unknown): the
     network potential trained with the guide's recipe predicts two new motions against DOP853
-    over 3 and 10 times the record length, and its torque and its values (up to a constant)
-    match the true potential's on attitudes of the well.  The thresholds are what this recipe
-    meets (measured 0.20 / 0.41 rad over three new motions, torque 7 % of its largest value),
-    not the 0.05 / 0.2 rad asked for: see the guide."""
+    over 3 and 10 times the record length within the goal (0.05 rad and 0.2 rad), and its torque
+    and its values (up to a constant) match the true potential's on attitudes of the well
+    (measured: see the guide)."""
     from geomjax.learn import NeuralPotential, fit_model
 
     data = tilted_records(16, 201)
     V = NeuralPotential(gj.SO3, jax.random.PRNGKey(0), width=32, depth=2, invariant="vertical")
     fit = fit_model(gj.RigidBody(TILTED["inertia"], V), data, **FAR_RECIPE)
     model = fit.system
-    # (c) the fit reports how it ended: every step ran (ftol=0), and it says so
-    assert fit.iterations == 900 and np.all(np.isfinite(fit.losses))
-    assert fit.status == gj.Status.MAX_ITERS and "without meeting the stopping test" in fit.message
+    # (c) the fit reports how it ended: the last stage ran its 20 iterations, and it says so
+    assert fit.iterations == 36 and np.all(np.isfinite(fit.losses))
+    assert fit.status == gj.Status.MAX_ITERS and "max_iters=20 reached" in fit.message
+    assert np.all(np.diff(fit.losses[-20:]) <= 0)  # descent only within the stage
     # (a) new motions against DOP853 (in the well, from other initial states than the records)
     ts = np.arange(2001) * 0.01  # 20 s: ten times a record
     for R0, w0 in tilted_initial_states(2, seed=100):
@@ -104,9 +106,10 @@ def test_learned_potential_predicts_far():
         s0 = model.state_from_velocity(jnp.asarray(R0), jnp.asarray(w0))
         sol = gj.simulate(model, gj.LGVI(), s0, 0.01, steps=2000)
         err = rotation_errors(R_ref, sol.states.R)
-        assert err[:201].max() < 0.12, err[:201].max()
-        assert err[:601].max() < 0.25, err[:601].max()
-        assert err.max() < 0.5, err.max()
+        # measured on these two motions: 0.010 / 0.029 / 0.13 rad at most
+        assert err[:201].max() < 0.04, err[:201].max()
+        assert err[:601].max() < 0.05, err[:601].max()  # the goal
+        assert err.max() < 0.2, err.max()  # the goal
     # (b) on attitudes of the well: the torque against the closed form z × ∇V, and the value up
     # to a constant
     Rs = jnp.asarray(attitudes_in_the_well(300, 0.9))
@@ -115,8 +118,8 @@ def test_learned_potential_predicts_far():
     np.testing.assert_allclose(jax.vmap(true_body().potential_force)(Rs), tau_true, atol=1e-12)
     tau = np.asarray(jax.vmap(model.potential_force)(Rs))
     scale = np.max(np.linalg.norm(tau_true, axis=1))
-    assert np.max(np.linalg.norm(tau - tau_true, axis=1)) < 0.1 * scale
+    assert np.max(np.linalg.norm(tau - tau_true, axis=1)) < 0.05 * scale  # measured 2.3 %
     v = np.asarray(jax.vmap(model.potential)(Rs))
     v_true = tilted_potential(z)
     dv = (v - v.mean()) - (v_true - v_true.mean())
-    assert np.max(np.abs(dv)) < 0.07 * np.ptp(v_true)
+    assert np.max(np.abs(dv)) < 0.03 * np.ptp(v_true)  # measured 1.2 %
