@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
 from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
@@ -63,16 +64,28 @@ def _rollout_cost(problem):
     return lambda u: problem.cost(problem.rollout(u), u)
 
 
+def _cost_gradient_hessian(problem):
+    """``u ↦ (J(u), ∇J(u), ∇²J(u))`` of the rollout cost by autodiff, as one program compiled
+    without XLA's optimization passes (evaluated eagerly, each of the rollout's operations
+    would compile on its own: ~8x the compilation time)."""
+    J = _rollout_cost(problem)
+    return jax.jit(
+        lambda us: (J(us), jax.grad(J)(us), jax.hessian(J)(us)),
+        compiler_options=EAGER_COMPILER_OPTIONS,
+    )
+
+
 US0 = jnp.array([[0.3, -0.2, 0.4]])
 
 
 def test_one_node_ddp_iteration_is_the_newton_step():
     prob = _exact(_problem(1))
-    J = _rollout_cost(prob)
-    g = jax.grad(J)(US0).reshape(-1)
-    H = jax.hessian(J)(US0).reshape(3, 3)
+    derivatives = _cost_gradient_hessian(prob)
+    J0, g, H = derivatives(US0)
+    g, H = g.reshape(-1), H.reshape(3, 3)
     newton = US0.reshape(-1) - np.linalg.solve(np.asarray(H), np.asarray(g))
-    assert float(J(newton.reshape(1, 3))) < float(J(US0))  # a full step that the search accepts
+    Jn = derivatives(jnp.asarray(newton.reshape(1, 3)))[0]
+    assert float(Jn) < float(J0)  # a full step that the search accepts
     ddp = solve_ocp(prob, DDP(**NOREG), US0, max_iters=1, progress=False)
     assert float(ddp.history["step"][0]) == 1.0
     np.testing.assert_allclose(np.asarray(ddp.controls).reshape(-1), newton, rtol=1e-11, atol=1e-13)
@@ -84,9 +97,8 @@ def test_one_node_ddp_iteration_is_the_newton_step():
 def test_last_node_feedforward_uses_the_exact_second_derivative():
     prob = _exact(_problem(3))
     us = jnp.array([[0.3, -0.2, 0.4], [0.1, 0.2, -0.1], [-0.2, 0.1, 0.3]])
-    J = _rollout_cost(prob)
-    g = jax.grad(J)(us)[-1]
-    H = jax.hessian(J)(us)[-1, :, -1, :]  # ∂²J/∂u_{N−1}²
+    _, g, H = _cost_gradient_hessian(prob)(us)
+    g, H = g[-1], H[-1, :, -1, :]  # ∂²J/∂u_{N−1}²
     sol = solve_ocp(prob, DDP(**NOREG), us, max_iters=1, progress=False)
     k = np.asarray(sol.k[-1])  # the feedforward of the first backward pass: −Q_uu⁻¹ Q_u
     np.testing.assert_allclose(np.asarray(H) @ k, -np.asarray(g), rtol=1e-10, atol=1e-12)
@@ -129,8 +141,16 @@ def test_implicit_derivative_of_the_optimum_matches_finite_differences():
     a = 1.0
     sol = solve(jnp.asarray(a), False)
     assert sol.stop_reason == "converged", sol.message
-    dcost = jax.grad(lambda x: solve(x, True).cost)(jnp.asarray(a))
-    dus = jax.jacrev(lambda x: solve(x, True).controls)(jnp.asarray(a))
+    # one reverse pass, pulled back from the cost and from each control (one compiled pullback;
+    # jax.jacrev would compile a batched one besides)
+    (cost, us), pullback = jax.vjp(
+        lambda x: (lambda s: (s.cost, s.controls))(solve(x, True)), jnp.asarray(a)
+    )
+    zero = jnp.zeros_like(us)
+    dcost = pullback((jnp.ones_like(cost), zero))[0]
+    dus = np.zeros(us.shape)
+    for idx in np.ndindex(us.shape):
+        dus[idx] = float(pullback((jnp.zeros_like(cost), zero.at[idx].set(1.0)))[0])
     h = 1e-4
     plus, minus = solve(jnp.asarray(a + h), False), solve(jnp.asarray(a - h), False)
     fd_cost = (float(plus.cost) - float(minus.cost)) / (2 * h)
@@ -141,14 +161,15 @@ def test_implicit_derivative_of_the_optimum_matches_finite_differences():
 
 
 def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
-    """Two control steps of run_mpc (model = plant) against two direct solves: the first from
-    the initial state and guess, the second from the state it reached, warm-started with the
-    first plan shifted by one node by hand (ū_1, …, ū_{N−1}, ū_{N−1})."""
+    """Three control steps of run_mpc (model = plant; the closed loop of
+    test_online_mpc_steps_equal_run_mpc, one compiled program) against direct solves: the
+    first from the initial state and guess, each next one from the state reached, warm-started
+    with the previous plan shifted by one node by hand (ū_1, …, ū_{N−1}, ū_{N−1})."""
     horizon, iters = 3, 2
     prob = _problem(horizon, torque_max=0.8)
     us0 = jnp.asarray(np.random.default_rng(1).uniform(-0.3, 0.3, (horizon, 3)))
     ctrl = MPC(ILQR(), max_iters=iters)
-    res = run_mpc(prob, steps=2, controller=ctrl, controls=us0)
+    res = run_mpc(prob, steps=3, controller=ctrl, controls=us0)
 
     def shift(us):
         return jnp.concatenate([us[1:], us[-1:]])
@@ -164,7 +185,14 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
     np.testing.assert_allclose(
         np.asarray(res.controls[1]), np.asarray(second.controls[0]), atol=1e-13
     )
-    np.testing.assert_allclose(np.asarray(res.plan), np.asarray(shift(second.controls)), atol=1e-13)
+    x2 = jax.tree_util.tree_map(lambda a: a[2], res.states)
+    third = solve_ocp(
+        _retarget(prob, x2, 2 * prob.dt), ILQR(), shift(second.controls), max_iters=iters
+    )
+    np.testing.assert_allclose(
+        np.asarray(res.controls[2]), np.asarray(third.controls[0]), atol=1e-13
+    )
+    np.testing.assert_allclose(np.asarray(res.plan), np.asarray(shift(third.controls)), atol=1e-13)
     # the warm start matters: from no guess or from the unshifted plan, another control
     cold = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), None, max_iters=iters)
     unshifted = solve_ocp(_retarget(prob, x1, prob.dt), ILQR(), first.controls, max_iters=iters)
@@ -397,14 +425,14 @@ def test_batched_solves_equal_one_by_one_solves():
     stops changing while the others iterate)."""
     angles = jnp.array([0.2, 1.0, 2.5])
 
-    def one(a):
-        return solve_ocp(_problem(3, torque_max=0.15, angle=a), ILQR(), max_iters=60)
+    def one(a, **kw):
+        return solve_ocp(_problem(3, torque_max=0.15, angle=a), ILQR(), max_iters=100, **kw)
 
     batch = jax.jit(jax.vmap(one))(angles)
-    single = jax.jit(one)
     its = []
     for i, a in enumerate(angles):
-        s = single(a)
+        # eagerly: the program of test_bounded_optimum_kkt_by_finite_differences[ILQR]
+        s = one(a, progress=False)
         assert int(s.status) == 0, s.message
         np.testing.assert_allclose(batch.controls[i], s.controls, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(batch.cost[i], s.cost, rtol=1e-12)
@@ -413,7 +441,12 @@ def test_batched_solves_equal_one_by_one_solves():
     assert len(set(its)) > 1  # members that stop at different iterations
 
 
-@pytest.mark.parametrize("solver", [ILQR(), DDP()], ids=["ilqr", "ddp"])
+@pytest.mark.parametrize(
+    "solver",
+    # DDP's fast program compiles for ~15 s; the option is the solvers' common loop's
+    [ILQR(), pytest.param(DDP(), marks=pytest.mark.long)],
+    ids=["ilqr", "ddp"],
+)
 def test_fast_iterations_solve_is_the_same_solve(solver):
     """``fast_iterations=True`` compiles the same solve with XLA:CPU's own kernels for the small
     products: the same optimum (the default program's is checked by KKT above). Round-off may
@@ -451,13 +484,13 @@ def test_fast_iterations_program_has_no_library_fusions():
 def test_progress_false_reports_the_whole_call_only():
     """``progress=False``: no report per iteration (no host callback), the call's wall time at
     the last iteration; the solve itself is the one with the report."""
-    prob = _problem(3)
-    quiet = solve_ocp(prob, ILQR(), max_iters=50, progress=False)
+    prob = _problem(3, torque_max=0.15)  # the quiet solve: the program of the KKT check
+    quiet = solve_ocp(prob, ILQR(), max_iters=100, progress=False)
     t = np.asarray(quiet.history["time"])
     last = int(quiet.iterations) - 1
     assert np.isfinite(t[last]) and t[last] > 0
     assert np.all(np.isnan(np.delete(t, last)))
-    reported = solve_ocp(prob, ILQR(), max_iters=50, progress=None)
+    reported = solve_ocp(prob, ILQR(), max_iters=100, progress=None)
     t = np.asarray(reported.history["time"])[: int(reported.iterations)]
     assert np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
     np.testing.assert_array_equal(quiet.controls, reported.controls)

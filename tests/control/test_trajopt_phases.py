@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
 from geomjax.control.trajopt import ILQR, OptimalControlProblem, solve_ocp
 
 DT, STEPS, M = 0.1, 4, 3
@@ -185,7 +186,12 @@ def test_multiple_shooting_model_is_exact_on_a_linear_quadratic_problem():
         return prob.cost(prob.rollout(u), u)
 
     z = jnp.zeros(2 * steps)
-    u_star = -np.linalg.solve(np.asarray(jax.hessian(J)(z)), np.asarray(jax.grad(J)(z)))
+    # one program without XLA's optimization passes (eagerly, each operation of the rollout
+    # and of its derivatives compiles on its own)
+    H, b = jax.jit(
+        lambda z: (jax.hessian(J)(z), jax.grad(J)(z)), compiler_options=EAGER_COMPILER_OPTIONS
+    )(z)
+    u_star = -np.linalg.solve(np.asarray(H), np.asarray(b))
     # (the step is (Q_uu + reg)⁻¹ Q_u with reg = 1e-9 against Q_uu ~ 1e-2: 1e-7 relative)
     np.testing.assert_allclose(np.asarray(sol.controls).reshape(-1), u_star, atol=1e-6)
 

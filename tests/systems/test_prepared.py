@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import geomjax as gj
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
 from geomjax.integrators import SemiImplicitEuler
 from geomjax.lie import SE3, SO3
 from geomjax.systems.base import prepare_systems
@@ -81,9 +82,11 @@ def test_gradient_through_the_prepared_inverse_matches_central_differences():
         body = gj.RigidBodySE3(m, jnp.array([1.0, 2.0, 3.0])).prepared()
         return jnp.sum(SemiImplicitEuler().step(body, x0, 0.05)[0].g[:3, 3])
 
+    # compiled once each (eagerly, every operation of the step would compile on its own)
+    end, grad = (jax.jit(f, compiler_options=EAGER_COMPILER_OPTIONS) for f in (end, jax.grad(end)))
     h = 1e-6
     fd = (end(m + h) - end(m - h)) / (2 * h)
-    np.testing.assert_allclose(jax.grad(end)(m), fd, rtol=1e-7)
+    np.testing.assert_allclose(grad(m), fd, rtol=1e-7)
 
 
 def test_prepare_systems_reaches_systems_inside_costs():
@@ -100,9 +103,11 @@ def test_prepare_systems_reaches_systems_inside_costs():
         jax.tree_util.tree_structure(ready.stage_cost)
     )
     us = 0.1 * jnp.ones((problem.steps, problem.control_dim))
-    np.testing.assert_allclose(
-        ready.cost(ready.rollout(us), us), problem.cost(problem.rollout(us), us), rtol=1e-13
-    )
+
+    def cost(p):  # one program each (eagerly, every operation of the rollout compiles alone)
+        return jax.jit(lambda: p.cost(p.rollout(us), us), compiler_options=EAGER_COMPILER_OPTIONS)()
+
+    np.testing.assert_allclose(cost(ready), cost(problem), rtol=1e-13)
 
 
 def test_an_unprepared_system_keeps_no_inverse_after_a_change():
@@ -114,7 +119,12 @@ def test_an_unprepared_system_keeps_no_inverse_after_a_change():
     np.testing.assert_allclose(heavier.prepared().velocity(mu), 0.5 * body.velocity(mu))
 
 
-@pytest.mark.parametrize("solver", ["ILQR", "DDP"])
+@pytest.mark.parametrize(
+    "solver",
+    # iLQR in the long tier: DDP's solve differentiates the prepared inverse once more (its
+    # second-order terms), the derivatives iLQR uses are among those of DDP's backward pass
+    [pytest.param("ILQR", marks=pytest.mark.long), "DDP"],
+)
 def test_solve_is_the_same_with_and_without_preparing(solver, monkeypatch):
     """The quadrotor's solve (4 nodes, to compile in seconds) with every system prepared equals
     the solve with the inverse formed where it is used (``prepared`` switched off)."""
