@@ -66,12 +66,22 @@ def fd_directional(loss, y, d, eps):
 SCHEDULE = ((2, 6), (5, 6))
 
 
+# three module fixtures, so that a worker running only Adam's tests does not also fit by LM
+# (xdist sets a module fixture up on every worker that runs one of its users)
 @pytest.fixture(scope="module")
-def fitted():
-    data = own_records(teacher())
-    lm = fit_model(student(), data, solver="lm", max_iters=100, **KW)
-    adam = fit_model(student(), data, noise=1e-3, segment_length=SCHEDULE, ftol=0.0)
-    return data, lm, adam
+def records():
+    return own_records(teacher())
+
+
+@pytest.fixture(scope="module")
+def adam_fit(records):
+    return fit_model(student(), records, noise=1e-3, segment_length=SCHEDULE, ftol=0.0)
+
+
+@pytest.fixture(scope="module")
+def fitted(records, adam_fit):
+    lm = fit_model(student(), records, solver="lm", max_iters=100, **KW)
+    return records, lm, adam_fit
 
 
 def test_lm_reaches_a_stationary_point_below_adam(fitted):
@@ -82,6 +92,7 @@ def test_lm_reaches_a_stationary_point_below_adam(fitted):
     loss, y0, _ = fitting_loss(
         lm.system, data, neural_leaves, kinds="free", continuity_weight=1.0, **KW
     )
+    loss = jax.jit(loss)  # one program for the probes below, not one per operation
     # the records are the model's own motion: the generating weights fit them exactly, so the
     # optimum's loss is near zero
     assert lm.losses[-1] < 1e-6 * lm.losses[0]
@@ -142,18 +153,22 @@ def staged_adam(model, data, schedule):
                 *state[1:],
             )
         state = fresh
-        step = jax.jit(lambda y, s, loss=loss: (jax.value_and_grad(loss)(y), s))
-        for _ in range(n):
-            (val, g), _ = step(y, state)
+
+        @jax.jit  # one program per stage (the update eagerly compiled each operation apart)
+        def step(y, state, loss=loss):
+            val, g = jax.value_and_grad(loss)(y)
             upd, state = opt.update(g, state, y)
-            y = optax.apply_updates(y, upd)
+            return optax.apply_updates(y, upd), state, val
+
+        for _ in range(n):
+            y, state, val = step(y, state)
             losses.append(float(val))
         theta = y[:n_theta]
     return np.asarray(losses), y
 
 
-def test_one_program_schedule_equals_the_staged_fits(fitted):
-    data, _, adam = fitted
+def test_one_program_schedule_equals_the_staged_fits(records, adam_fit):
+    data, adam = records, adam_fit
     ref, y_ref = staged_adam(student(), data, SCHEDULE)
     assert adam.losses.size == ref.size == 12 and adam.iterations == 12
     np.testing.assert_allclose(adam.losses[:6], ref[:6], rtol=1e-12)
@@ -165,8 +180,8 @@ def test_one_program_schedule_equals_the_staged_fits(fitted):
         adam.check()
 
 
-def test_adams_stopping_test(fitted):
-    data, _, adam = fitted
+def test_adams_stopping_test(records, adam_fit):
+    data, adam = records, adam_fit
     # a loose test stops each stage once the loss falls by at most 90 % of itself over 2 steps
     # (the same program as the fixture's: the same structure and schedule)
     out = fit_model(student(), data, noise=1e-3, segment_length=SCHEDULE, ftol=0.9, window=2)
