@@ -877,6 +877,45 @@ def _phys_jacobian(theta_flat, spec):
     return jax.jacfwd(phys)(theta_flat)
 
 
+def _lm_stop_reason(done: bool, lam: float, max_steps) -> str:
+    """Why a Levenberg–Marquardt solve stopped, in words."""
+    if done:
+        return "converged"
+    if lam >= 1e16:
+        return "the damping grew without bound (no step lowers the cost)"
+    return f"max_iters={max_steps} reached"
+
+
+def _lm_residuals(weight, starts, spec, model, method, adjoint, tables, noise):
+    """The residual vector ``x ↦ r`` a Levenberg–Marquardt program minimizes: the fitting
+    problem's, or with ``starts`` those of :func:`_residual_parts_reset`."""
+
+    def fn(x):
+        if starts is not None:
+            d, c = _residual_parts_reset(
+                x, weight, starts, spec, model, method, adjoint, tables, noise
+            )
+            return jnp.concatenate([d, c])
+        return _residual_vector(x, weight, spec, model, method, adjoint, tables, noise)
+
+    return fn
+
+
+def _lm_columns(x0, cols):
+    """``(n_act, embed, active)`` for the unknowns solved for: all, or the columns ``cols`` of
+    ``x`` (an index past the end pads): their number, ``embed(x, z)`` adding a step ``z`` in
+    them to ``x``, and ``active(x)`` reading them."""
+    n_act = x0.size if cols is None else cols.shape[0]
+
+    def embed(x, z):
+        return x + z if cols is None else x.at[cols].add(z, mode="drop")
+
+    def active(x):
+        return x if cols is None else x.at[cols].get(mode="fill", fill_value=0.0)
+
+    return n_act, embed, active
+
+
 def levenberg_marquardt(
     x0,
     weight,
@@ -908,12 +947,7 @@ def levenberg_marquardt(
         cols=cols,
     )
     done, k, lam = bool(done), int(k), float(lam)
-    if done:
-        why = "converged"
-    elif lam >= 1e16:
-        why = "the damping grew without bound (no step lowers the cost)"
-    else:
-        why = f"max_iters={max_steps} reached"
+    why = _lm_stop_reason(done, lam, max_steps)
     return x, r, J, done, k, why, np.asarray(hist)[: min(k, int(history))]
 
 
@@ -967,22 +1001,9 @@ def _lm_run_program(
     """
     TRACES["levenberg_marquardt"] += 1
 
-    def fn(x):
-        if starts is not None:
-            d, c = _residual_parts_reset(
-                x, weight, starts, spec, model, method, adjoint, tables, noise
-            )
-            return jnp.concatenate([d, c])
-        return _residual_vector(x, weight, spec, model, method, adjoint, tables, noise)
+    fn = _lm_residuals(weight, starts, spec, model, method, adjoint, tables, noise)
 
-    # the unknowns solved for: all, or the columns ``cols`` of x (an index past the end pads)
-    n_act = x0.size if cols is None else cols.shape[0]
-
-    def embed(x, z):
-        return x + z if cols is None else x.at[cols].add(z, mode="drop")
-
-    def active(x):
-        return x if cols is None else x.at[cols].get(mode="fill", fill_value=0.0)
+    n_act, embed, active = _lm_columns(x0, cols)
 
     def both(z, x):
         r = fn(embed(x, z))
@@ -1108,12 +1129,7 @@ def levenberg_marquardt_cg(
         cols=cols,
     )
     done, k, lam = bool(done), int(k), float(lam)
-    if done:
-        why = "converged"
-    elif lam >= 1e16:
-        why = "the damping grew without bound (no step lowers the cost)"
-    else:
-        why = f"max_iters={max_steps} reached"
+    why = _lm_stop_reason(done, lam, max_steps)
     return x, done, k, why, np.asarray(hist)[: min(k, int(history))], int(cg)
 
 
@@ -1160,22 +1176,10 @@ def _lm_cg_run_program(
     Returns ``(x, converged, iterations, λ, costs, cg iterations)``."""
     TRACES["levenberg_marquardt_cg"] += 1
 
-    def fn(x):
-        if starts is not None:
-            d, c = _residual_parts_reset(
-                x, weight, starts, spec, model, method, adjoint, tables, noise
-            )
-            return jnp.concatenate([d, c])
-        return _residual_vector(x, weight, spec, model, method, adjoint, tables, noise)
+    fn = _lm_residuals(weight, starts, spec, model, method, adjoint, tables, noise)
 
-    n_act = x0.size if cols is None else cols.shape[0]
+    n_act, embed, active = _lm_columns(x0, cols)
     dtype = x0.dtype
-
-    def embed(x, z):
-        return x + z if cols is None else x.at[cols].add(z, mode="drop")
-
-    def active(x):
-        return x if cols is None else x.at[cols].get(mode="fill", fill_value=0.0)
 
     def linear(x):
         """``(r, J·, Jᵀ·)`` at ``x`` (in the active unknowns)."""
