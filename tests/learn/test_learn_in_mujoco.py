@@ -11,15 +11,50 @@ pose read from MuJoCo's state."""
 import importlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-pytest.importorskip("mujoco")
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_records_are_consecutive_pieces_of_the_flight(monkeypatch):
+    """The records cut from a flight (no MuJoCo needed: a flight's arrays): consecutive pieces
+    of 34 samples sharing their boundary sample, the commands of their intervals, the sample
+    times from 0; without noise the flight's own poses and twists, with noise within the
+    noise's scale of them."""
+    import jax.numpy as jnp
+
+    import geomjax as gj
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = importlib.import_module("bench_learn_quadrotor")
+    rng = np.random.default_rng(0)
+    n = 70  # samples: two pieces of 34 (0–33, 33–66), the last 3 left over
+    xi = rng.standard_normal((n, 6))
+    g = np.asarray(gj.SE3.exp(jnp.asarray(0.5 * rng.standard_normal((n, 6)))))
+    u = rng.uniform(0.1, 5.0, (n - 1, 4))
+    flight = dict(poses=g, twists=xi, thrusts=u, dt=0.03)
+    exact = bench.mujoco_records(flight, samples=34, noise=0.0)
+    assert len(exact) == 2
+    for j, rec in enumerate(exact):
+        a = 33 * j
+        np.testing.assert_allclose(rec.g, g[a : a + 34], atol=1e-15)
+        np.testing.assert_array_equal(rec.xi, xi[a : a + 34])
+        np.testing.assert_array_equal(rec.controls, u[a : a + 33])
+        np.testing.assert_allclose(rec.times, 0.03 * np.arange(34))
+    np.testing.assert_allclose(exact[0].g[-1], exact[1].g[0], atol=1e-15)
+    noisy = bench.mujoco_records(flight, samples=34, noise=1e-4)
+    for rec, ref in zip(noisy, exact, strict=True):
+        d = np.abs(rec.g - ref.g).max()
+        assert 1e-6 < d < 1e-2  # perturbed, on the noise's scale (1e-4 rad and m)
+        assert 1e-5 < np.abs(rec.xi - ref.xi).max() < 1e-1  # twists: 1e-3
+        np.testing.assert_array_equal(rec.controls, ref.controls)
 
 
 @pytest.mark.long
 @pytest.mark.timeout(1200)
 def test_identified_in_mujoco_then_flown_in_mujoco(monkeypatch, tmp_path):
+    pytest.importorskip("mujoco")
     monkeypatch.syspath_prepend(str(BENCH))
     bench = importlib.import_module("bench_learn_quadrotor")
     common = importlib.import_module("common")
