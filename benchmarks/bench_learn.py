@@ -48,7 +48,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS, fast_mode, print_table, save_figure, timer, write_json
+from common import RESULTS, compile_timed, fast_mode, print_table, save_figure, timer, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -92,36 +92,36 @@ def train_structured(data, steps):
     )
     stamps = []
     stages = ((2, steps // 2), (5, steps // 4), (10, steps - steps // 2 - steps // 4))
-    t0 = time.perf_counter()
-    trained, losses = fit_model(
-        model,
-        data,
-        segment_length=stages,
-        substeps=2,
-        noise=1e-3,
-        velocity_noise=1e-2,
-        ftol=0.0,  # every step (the comparison's budget)
-        callback=lambda k, v: stamps.append(time.perf_counter()),
-    )
-    total = time.perf_counter() - t0
+    with timer() as t:
+        trained, losses = fit_model(
+            model,
+            data,
+            segment_length=stages,
+            substeps=2,
+            noise=1e-3,
+            velocity_noise=1e-2,
+            ftol=0.0,  # every step (the comparison's budget)
+            callback=lambda k, v: stamps.append(t.elapsed),
+        )
+    total = t.s
     # the first step compiles the program (one for every stage of the schedule): reported apart
-    dts = np.diff(np.concatenate([[t0], stamps]))
+    dts = np.diff(np.concatenate([[0.0], stamps]))
     split = {"first_steps_s": float(dts[0]), "step_ms": 1e3 * float(np.median(dts))}
     return trained, total, losses, split
 
 
 def train_node(data, steps):
-    t0 = time.perf_counter()
-    node, _, losses = fit_neural_ode(
-        NeuralODE(9, 3, jax.random.PRNGKey(1)),
-        [d.g for d in data],
-        H,
-        W_obs=[d.xi for d in data],
-        velocity_weight=1e-2,
-        segment_length=10,
-        max_iters=steps,
-    )
-    return node, time.perf_counter() - t0, losses, {}
+    with timer() as t:
+        node, _, losses = fit_neural_ode(
+            NeuralODE(9, 3, jax.random.PRNGKey(1)),
+            [d.g for d in data],
+            H,
+            W_obs=[d.xi for d in data],
+            velocity_weight=1e-2,
+            segment_length=10,
+            max_iters=steps,
+        )
+    return node, t.s, losses, {}
 
 
 def errors_structured(model, motions):
@@ -178,9 +178,7 @@ def memory_section(fast):
                 velocity_noise=1e-2,
                 adjoint=adj,
             )
-            t = time.perf_counter()
-            compiled = jax.jit(jax.grad(loss)).lower(y0).compile()
-            row[f"{name}_compile_s"] = time.perf_counter() - t
+            compiled, row[f"{name}_compile_s"] = compile_timed(jax.grad(loss), y0)
             mem = compiled.memory_analysis()
             row[f"{name}_temp_MB"] = None if mem is None else mem.temp_size_in_bytes / 1e6
             grads[name] = np.asarray(compiled(y0))
@@ -229,7 +227,7 @@ def training_section(fast):
     ):
         if fast:
             schedule = tuple((a, max(b // 2, 1)) for a, b in schedule)
-        times = []
+        times, cpu = [], []
         for _ in range(2):
             model = gj.RigidBody(
                 PENDULUM["inertia"],
@@ -238,21 +236,22 @@ def training_section(fast):
                 ),
             )
             stamps = []
-            t0 = time.perf_counter()
-            out = fit_model(
-                model,
-                data,
-                solver=solver,
-                segment_length=schedule,
-                substeps=2,
-                noise=1e-3,
-                velocity_noise=1e-2,
-                ftol=0.0 if solver == "adam" else 1e-4,
-                **({"cg_steps": 100} if solver == "lm-cg" else {}),
-                callback=lambda k, v: stamps.append(time.perf_counter()),
-            )
-            times.append(time.perf_counter() - t0)
-        wall = np.asarray(stamps) - t0
+            with timer() as t, timer(time.process_time) as proc:
+                out = fit_model(
+                    model,
+                    data,
+                    solver=solver,
+                    segment_length=schedule,
+                    substeps=2,
+                    noise=1e-3,
+                    velocity_noise=1e-2,
+                    ftol=0.0 if solver == "adam" else 1e-4,
+                    **({"cg_steps": 100} if solver == "lm-cg" else {}),
+                    callback=lambda k, v: stamps.append(t.elapsed),
+                )
+            times.append(t.s)
+            cpu.append(proc.s)
+        wall = np.asarray(stamps)
         err = errors_structured(out.system, motions)
         rows.append(
             {
@@ -262,6 +261,9 @@ def training_section(fast):
                 "first_call_s": times[0],
                 "second_call_s": times[1],
                 "compile_s": times[0] - times[1],
+                "first_call_cpu_s": cpu[0],
+                "second_call_cpu_s": cpu[1],
+                "compile_cpu_s": cpu[0] - cpu[1],
                 "final_loss": float(out.losses[-1]),
                 "status": out.stop_reason,
                 **at_horizons(err),
@@ -274,6 +276,7 @@ def training_section(fast):
         "first_call_s",
         "second_call_s",
         "compile_s",
+        "compile_cpu_s",
         "final_loss",
         *[f"err_{k}x" for k in HORIZONS],
         "status",

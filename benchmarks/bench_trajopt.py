@@ -58,7 +58,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import fast_mode, measure_side_by_side, print_table, write_json
+from common import fast_mode, measure, measure_side_by_side, print_table, timer, write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -70,8 +70,9 @@ from geomjax.control.trajopt import DDP, ILQR, solve_ocp  # noqa: E402
 _HERE = Path(__file__).resolve().parent
 
 CROC_SCRIPT = r"""
-import json, sys, time
+import json, sys
 import numpy as np, crocoddyl, pinocchio, example_robot_data
+from common import median, timer  # the benchmarks' harness (on PYTHONPATH; it imports jax)
 hector = example_robot_data.load("hector"); robot_model = hector.model
 state = crocoddyl.StateMultibody(robot_model)
 d_cog, cf, cm = 0.1525, 6.6e-5, 1e-6
@@ -98,13 +99,14 @@ runningModel, terminalModel = mk(run), mk(term)
 if len(sys.argv) > 1 and sys.argv[1] == "bounded":
     runningModel.u_lb = np.full(4, 0.1); runningModel.u_ub = np.full(4, 5.0)
 problem = crocoddyl.ShootingProblem(np.concatenate([hector.q0, np.zeros(state.nv)]), [runningModel] * T, terminalModel)
-best = np.inf
+walls = []
 for _ in range(20):
     # the examples: FDDP (quadrotor_fwddyn.py), BoxDDP with 200 iterations (quadrotor_ubound.py)
     solver = crocoddyl.SolverBoxDDP(problem) if len(sys.argv) > 1 else crocoddyl.SolverFDDP(problem)
-    t0 = time.perf_counter(); solver.solve([], [], 200); w = time.perf_counter() - t0
-    best = min(best, w)
-print(json.dumps(dict(cost=solver.cost, iterations=solver.iter, wall=best,
+    with timer() as t:
+        solver.solve([], [], 200)
+    walls.append(t.s)
+print(json.dumps(dict(cost=solver.cost, iterations=solver.iter, wall=median(walls),
                       x_final=list(np.asarray(solver.xs[-1][:3])))))
 """
 
@@ -113,7 +115,10 @@ def crocoddyl_quadrotor(bounded=False):
     py = os.environ.get("CROCODDYL_PYTHON", sys.executable)
     if not os.path.exists(py):
         return None
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # the child times through the harness (benchmarks/common.py, which imports jax): the
+    # crocoddyl Python needs jax as well
+    path = os.pathsep.join(p for p in (str(_HERE), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     args = [py, "-c", CROC_SCRIPT] + (["bounded"] if bounded else [])
     try:
         out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
@@ -187,10 +192,9 @@ def crocoddyl_box_fddp(target, max_iters=200):
     solver = crocoddyl_quadrotor_solver(target, bounded=True)
     if solver is None:
         return None
-    t0 = time.perf_counter()
-    solver.solve([], [], max_iters)
-    wall = time.perf_counter() - t0
-    return dict(cost=float(solver.cost), iterations=int(solver.iter), wall_s=wall)
+    with timer() as t:
+        solver.solve([], [], max_iters)
+    return dict(cost=float(solver.cost), iterations=int(solver.iter), wall_s=t.s)
 
 
 def crocoddyl_quadrotor_solver(target, bounded):
@@ -430,18 +434,11 @@ def held_out_summary(rows):
 
 
 def _timed_solve(prob, solver, max_iters, repeats=5, fast_iterations=False):
+    """``(solution, compile s, wall s)``: the first solve less a compiled solve's wall time (the
+    harness's median over ``repeats`` compiled solves), and that wall time."""
     kw = dict(max_iters=max_iters, progress=False, fast_iterations=fast_iterations)
-    t0 = time.perf_counter()
-    sol = solve_ocp(prob, solver, **kw)
-    jax.block_until_ready(sol.controls)
-    compile_s = time.perf_counter() - t0
-    walls = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        sol = solve_ocp(prob, solver, **kw)
-        jax.block_until_ready(sol.controls)
-        walls.append(time.perf_counter() - t0)
-    return sol, compile_s - min(walls), min(walls)
+    t = measure(lambda: solve_ocp(prob, solver, **kw), repeats=repeats)
+    return t.out, t.compile_s, t.run_s
 
 
 #: cost against wall time after compilation, per problem and solver (the figure of (a), (b))
@@ -561,11 +558,11 @@ def attitude_rows(fast):
         return prob.cost(prob.rollout(u), u) + 1e4 * bound_penalty(u, -0.2, 0.2)
 
     u0 = jnp.zeros((steps, 3))
-    t0 = time.perf_counter()
-    res = optimize(
-        jax.jit(loss), u0, "lbfgs", max_iters=2000, target=ref * (1 + 1e-6), progress=False
-    )
-    wall = time.perf_counter() - t0 - res.compile_time
+    with timer() as t:
+        res = optimize(
+            jax.jit(loss), u0, "lbfgs", max_iters=2000, target=ref * (1 + 1e-6), progress=False
+        )
+    wall = t.s - res.compile_time
     h = res.history
     CURVES[f"attitude N={steps} | L-BFGS shooting"] = dict(
         time=[max(float(t) - res.compile_time, 0.0) for t in h["time"]],
@@ -606,28 +603,22 @@ def batch_rows(fast):
         ("geomjax.jit", gj.jit),
         ("geomjax.jit(library_fusions=False)", gj.jit(library_fusions=False)),
     ):
-        batched = jit(jax.vmap(one))
-        t0 = time.perf_counter()
-        jax.block_until_ready(batched(angles).controls)
-        first = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = batched(angles)
-        jax.block_until_ready(out.controls)
-        wb = time.perf_counter() - t0
-        ok = int(np.sum(np.asarray(out.status) == 0))
+        # the first call (compilation included), then one compiled call
+        t = measure(jit(jax.vmap(one)), angles, repeats=1)
+        ok = int(np.sum(np.asarray(t.out.status) == 0))
         rows.append(
             dict(
                 mode=f"vmap batch {B}, {label}",
-                problems_per_s=B / wb,
+                problems_per_s=B / t.run_s,
                 converged=f"{ok}/{B}",
-                compile_s=first - wb,
+                compile_s=t.compile_s,
             )
         )
     n_serial = min(B, 32)
-    t0 = time.perf_counter()
-    for a in angles[:n_serial]:
-        jax.block_until_ready(single(a).controls)
-    ws = (time.perf_counter() - t0) / n_serial
+    with timer() as t:
+        for a in angles[:n_serial]:
+            jax.block_until_ready(single(a).controls)
+    ws = t.s / n_serial
     rows.append(dict(mode="one after another", problems_per_s=1 / ws, converged="-"))
     return rows
 
@@ -669,30 +660,24 @@ def _speed_worker(case, solver_name):
     tol = 1e-9 if case.startswith("quadrotor") else None
     solver = {"ILQR": ILQR, "DDP": DDP}[solver_name](tol=tol)
     phases = _CompilePhases()
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    with phases:
-        sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
-        jax.block_until_ready(sol.controls)
-    first = time.perf_counter() - t0
-    first_cpu = time.process_time() - cpu0
-    walls = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        sol = solve_ocp(prob, solver, max_iters=max_iters, progress=False)
-        jax.block_until_ready(sol.controls)
-        walls.append(time.perf_counter() - t0)
+    solve = lambda: solve_ocp(prob, solver, max_iters=max_iters, progress=False)  # noqa: E731
+    with timer() as first, timer(time.process_time) as first_cpu, phases:
+        jax.block_until_ready(solve())
+    # five compiled solves (all samples: the program is compiled), the harness's median
+    t = measure(solve, repeats=5, warmup=False)
+    sol = t.out
     jaxpr = jax.make_jaxpr(lambda p: solve_ocp(p, solver, max_iters=max_iters))(prob)
     n = int(sol.iterations)
     return dict(
         status=sol.stop_reason,
         cost=float(sol.cost),
         iterations=n,
-        compile_s=first - min(walls),
-        first_s=first,
-        first_cpu_s=first_cpu,
+        compile_s=first.s - t.run_s,
+        first_s=first.s,
+        first_cpu_s=first_cpu.s,
         **phases.seconds(),
-        ms_per_solve=1e3 * min(walls),
-        ms_per_iter=1e3 * min(walls) / n,
+        ms_per_solve=1e3 * t.run_s,
+        ms_per_iter=1e3 * t.run_s / n,
         jaxpr_eqns=_count_equations(jaxpr.jaxpr),
     )
 
@@ -743,14 +728,9 @@ def _batch_worker(sizes, serial):
     rows = []
     for B in sizes:
         T = jnp.asarray(np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (B, 3)))
-        t0 = time.perf_counter()
-        out = batched(T)
-        jax.block_until_ready(out.controls)
-        first = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = batched(T)
-        jax.block_until_ready(out.controls)
-        wall = time.perf_counter() - t0
+        # the first call (compilation included), then one compiled call
+        t = measure(batched, T, repeats=1)
+        out, wall = t.out, t.run_s
         it = np.asarray(out.iterations)
         rows.append(
             dict(
@@ -759,20 +739,20 @@ def _batch_worker(sizes, serial):
                 converged=f"{int(np.sum(np.asarray(out.status) == 0))}/{B}",
                 max_iterations=int(it.max()),
                 mean_iterations=float(it.mean()),
-                compile_s=first - wall,
+                compile_s=t.compile_s,
             )
         )
     if not serial:
         return rows
     T = jnp.asarray(np.array([1.0, 0.0, 1.0]) + rng.uniform(-1.0, 1.0, (serial, 3)))
     jax.block_until_ready(single(T[0]).controls)
-    t0 = time.perf_counter()
     ok, its = 0, []
-    for t in T:
-        out = single(t)
-        ok += int(out.status) == 0
-        its.append(int(out.iterations))
-    wall = time.perf_counter() - t0
+    with timer() as t:
+        for target in T:
+            out = single(target)
+            ok += int(out.status) == 0
+            its.append(int(out.iterations))
+    wall = t.s
     rows.append(
         dict(
             mode="one after another",
