@@ -41,6 +41,11 @@ crocoddyl.
     each by iLQR and DDP: status, iterations, cost, and per problem and solver the median and
     largest iteration count (:func:`held_out_rows`; no IPOPT: no CasADi transcription of these
     problems exists); ``bench_trajopt_held_out.json``.
+(i) ``--same-start-only`` (alone; run with a Python that imports crocoddyl): crocoddyl's quadrotor
+    examples (``SolverFDDP``, and ``SolverBoxFDDP`` with the thrusts in [0.1, 5]) and geomjax's
+    iLQR, DDP and :class:`StrictFDDP` from the same three starts, at crocoddyl's threshold
+    ``th_stop = 1e-9``: iterations and costs (:func:`same_start_rows`);
+    ``bench_trajopt_same_start.json``.
 Table + JSON (``benchmarks/results/bench_trajopt.json``), and a plot of the cost against wall
 time per solver for (a) and (b) (``benchmarks/results/bench_trajopt.png``).
 """
@@ -279,6 +284,74 @@ def _ipopt_target(target):
 #: a target on which the solvers once stalled (iLQR 1000 iterations without converging): a row of
 #: (f) of its own, left out of the summary
 REPORTED_TARGET = (2.0, 1.0, 1.5)
+
+#: the target of crocoddyl's quadrotor examples (``quadrotor_problem``'s default)
+EXAMPLE_TARGET = (1.0, 0.0, 1.0)
+
+
+def same_start_rows(fast):
+    """(i) the quadrotor of crocoddyl's examples (target (1, 0, 1); unbounded: ``SolverFDDP``,
+    thrusts in [0.1, 5]: ``SolverBoxFDDP``) from the same starts in both libraries, with
+    crocoddyl's stopping threshold (``tol = th_stop = 1e-9``; both test ``|d₁ + d₂/2|``):
+    the rollout of the lowest admissible constant thrust (geomjax's default start: zero thrust,
+    clipped to the bounds), the rollout of the hover thrust ``m g / 4`` per rotor (crocoddyl's
+    ``quasiStatic`` at rest), and crocoddyl's own default (every state the initial one, zero
+    thrust: a multiple-shooting start, whose gaps each library closes in its own chart).
+    Iterations and costs only (no timing).  Rows: problem, start, solver, status, iterations,
+    cost."""
+    from geomjax.control.examples import QUADROTOR
+    from geomjax.control.trajopt import StrictFDDP
+
+    hover = QUADROTOR["mass"] * QUADROTOR["gravity"] / 4
+    rows = []
+    for bounded in (False, True):
+        prob = quadrotor_problem(bounded=bounded)
+        name = "quadrotor" + (" (0.1≤f≤5)" if bounded else "")
+        lo = QUADROTOR["thrust_min"] if bounded else 0.0
+        N = prob.steps
+        repeated = jax.tree_util.tree_map(
+            lambda a: jnp.broadcast_to(a, (N + 1, *a.shape)), prob.state0
+        )
+        starts = {
+            "rollout of the lowest thrust": (jnp.full((N, 4), lo), None, lo),
+            "rollout of the hover thrust": (jnp.full((N, 4), hover), None, hover),
+            "crocoddyl's default (x₀ repeated, zero thrust)": (jnp.zeros((N, 4)), repeated, None),
+        }
+        solvers = [("iLQR", ILQR(tol=1e-9)), ("DDP", DDP(tol=1e-9))]
+        if not bounded:
+            solvers.append(("StrictFDDP", StrictFDDP(tol=1e-9)))
+        for start, (us, xs, thrust) in starts.items():
+            for label, solver in solvers:
+                sol = solve_ocp(prob, solver, us, xs, max_iters=300, progress=False)
+                rows.append(
+                    dict(
+                        problem=name,
+                        start=start,
+                        solver=label,
+                        status=sol.stop_reason,
+                        iterations=int(sol.iterations),
+                        cost=float(sol.cost),
+                    )
+                )
+            croc = crocoddyl_quadrotor_solver(EXAMPLE_TARGET, bounded)
+            if croc is None:
+                continue
+            if thrust is None:
+                converged = croc.solve([], [], 300)
+            else:
+                cus = [np.full(4, thrust)] * N
+                converged = croc.solve(croc.problem.rollout(cus), cus, 300, True)
+            rows.append(
+                dict(
+                    problem=name,
+                    start=start,
+                    solver="crocoddyl " + ("BoxFDDP" if bounded else "FDDP"),
+                    status="converged" if converged else f"stopped, stop {croc.stop:.1e}",
+                    iterations=int(croc.iter),
+                    cost=float(croc.cost),
+                )
+            )
+    return rows
 
 
 def random_target_rows(fast, count=None):
@@ -937,6 +1010,11 @@ def main(argv=None):
         hsum = held_out_summary(hrows)
         print_table(hsum, list(hsum[0]), "(h) summary")
         write_json("bench_trajopt_held_out", dict(rows=hrows, summary=hsum))
+        return
+    if "--same-start-only" in argv:  # (i) alone (crocoddyl importable in this Python)
+        srows = same_start_rows(fast)
+        print_table(srows, list(srows[0]), "(i) crocoddyl's quadrotor from the same starts")
+        write_json("bench_trajopt_same_start", dict(rows=srows))
         return
     if "--random-targets-only" in argv:  # (f) alone
         trows = random_target_rows(fast)
