@@ -239,3 +239,23 @@ def test_bad_solver_and_constraints_without_one_name_the_argument():
         solve_ocp(_model(), ILQR(), duals=AL.warm_start(_model(), jnp.zeros((H, 3))).duals)
     with pytest.raises(ValueError, match="argument 'duals'"):
         solve_ocp(_model(LIMIT), AL, duals=AL.warm_start(_model(), jnp.zeros((H, 3))).duals)
+
+
+@pytest.mark.long
+def test_constrained_closed_loop_vmaps_over_the_limit():
+    """The constrained closed loop is vmappable: a batch of two rate limits (the constraint's
+    array field traced) gives each member's own eager closed loop to round-off, and each keeps
+    its own limit on the plant's states."""
+    limits = jnp.array([LIMIT, 0.4])
+    ctrl = MPC(AL, max_iters=AL_ITERS)
+    batch = jax.jit(
+        jax.vmap(lambda w: run_mpc(_model(w), steps=STEPS, controller=ctrl, warn=False))
+    )(limits)
+    for i, w in enumerate(np.asarray(limits)):
+        one = run_mpc(_model(float(w)), steps=STEPS, controller=ctrl, warn=False)
+        np.testing.assert_allclose(
+            np.asarray(batch.states.Pi[i]), np.asarray(one.states.Pi), rtol=0, atol=1e-9
+        )
+        np.testing.assert_array_equal(np.asarray(batch.status[i]), np.asarray(one.status))
+        rates = np.abs(np.asarray(batch.states.Pi[i]) / np.asarray(INERTIA)).max()
+        assert rates <= w + AL.constraint_tol and rates >= w - 1e-3
