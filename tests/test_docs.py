@@ -171,6 +171,10 @@ def check_control(ns):
     replay = gj.simulate(ns["plant"], gj.RKMK4(), problem.state0, 0.2, 30, res.controls)
     np.testing.assert_allclose(replay.states.R, res.states.R, atol=1e-12)
     assert float(res.error[-1]) < 0.3 * float(res.error[0])
+    # constrained MPC: the rate limit held on the plant's states, broken without it
+    rates = [jnp.abs(ns[k].states.Pi / ns["inertia"]).max() for k in ("free", "kept")]
+    assert float(rates[0]) > 0.5 and float(rates[1]) <= 0.3 + 1e-6
+    assert bool(ns["kept"].healthy) and float(ns["kept"].error[-1]) < 1e-5
     # the heavier quadrotor: within 2 cm of the goal from step 40 on, read from the plant's
     # position, and healthy; the plant too heavy for its thrust limits falls and is flagged
     quad, flight, goal = ns["quad"], ns["flight"], np.array([2.0, 1.0, 1.5])

@@ -50,6 +50,7 @@ from .trajopt import (
     OptimalControlProblem,
     ResidualCost,
     StrictFDDP,
+    WarmStart,
     solve_ocp,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "SphereLoop",
     "StrictFDDP",
     "Trajectory",
+    "WarmStart",
     "bound_penalty",
     "constraint_penalty",
     "control_effort",

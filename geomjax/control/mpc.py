@@ -36,12 +36,12 @@ from .._internal.warn import warn as _warn
 from ..integrators.base import AbstractMethod, WrappedMethod
 from ..results import ConvergenceError, Status
 from ..systems.base import prepare_systems
-from .status import MAX_ITERS, SUCCESSFUL
+from .status import CONSTRAINTS, MAX_ITERS, SUCCESSFUL
 from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
-from .trajopt import ILQR, AbstractDDPSolver, OptimalControlProblem, ResidualCost, solve_ocp
+from .trajopt import ILQR, AbstractOCPSolver, OptimalControlProblem, ResidualCost, solve_ocp
 from .trajopt.problem import Actuated
-from .trajopt.solvers import default_tol
+from .trajopt.solvers import WarmStart, default_tol
 
 __all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]
 
@@ -50,9 +50,22 @@ class MPC(eqx.Module):
     """Settings of the receding-horizon controller run by :func:`run_mpc`.
 
     Fields:
-        solver: the inner solver, :class:`~geomjax.control.trajopt.ILQR` (default) or
-            :class:`~geomjax.control.trajopt.DDP` (control bounds in its box QP; path or terminal
-            constraints are not supported: state the target as a terminal cost).
+        solver: the solver of each control step, any solver of the warm-start protocol
+            (:class:`~geomjax.control.trajopt.AbstractOCPSolver`, ``warm_startable``):
+
+            * :class:`~geomjax.control.trajopt.ILQR` (default),
+              :class:`~geomjax.control.trajopt.DDP` or
+              :class:`~geomjax.control.trajopt.StrictFDDP`: costs and control bounds (in the box
+              QP); warm-started from the last plan's controls shifted by one node;
+            * :class:`~geomjax.control.trajopt.AugmentedLagrangian`: also the problem's path and
+              terminal equality/inequality constraints (an obstacle, an altitude floor, a speed
+              limit), kept in closed loop; warm-started from the last plan's controls, its
+              multipliers (the path ones shifted by one node with the controls) and its penalty
+              (Howell, Jackson & Manchester, *ALTRO*, IROS 2019, §III).  ``max_iters`` counts
+              its outer iterations, each an inner solve of at most ``inner_iters``; a tick that
+              stops at that cap with its constraints met to ``constraint_tol`` is status 1
+              ``"max_iters"``, one that leaves them violated status 4
+              ``"constraints_not_met"`` (a failure in :class:`MPCResult`).
         max_iters: solver iterations per control step (a fixed cap, ≥ 1, default 3; the solve
             stops earlier once converged; the same name as ``solve_ocp(max_iters=)``).
             Warm-started, a few iterations track a slowly moving optimum.  (``iterations`` is a
@@ -60,7 +73,7 @@ class MPC(eqx.Module):
         horizon: number of nodes ``N`` of each solve (default: the problem's ``steps``).
     """
 
-    solver: AbstractDDPSolver
+    solver: AbstractOCPSolver
     max_iters: int = eqx.field(static=True)
     horizon: int | None = eqx.field(static=True)
 
@@ -72,8 +85,15 @@ class MPC(eqx.Module):
     iterations = renamed_attribute("MPC", "iterations", "max_iters")
 
     def __check_init__(self):
-        if not isinstance(self.solver, AbstractDDPSolver):
-            raise ValueError(f"MPC: argument 'solver' must be ILQR() or DDP(), got {self.solver!r}")
+        if not (
+            isinstance(self.solver, AbstractOCPSolver)
+            and getattr(self.solver, "warm_startable", False)
+        ):
+            raise ValueError(
+                "MPC: argument 'solver' must be a warm-startable solver (ILQR(), DDP(), "
+                "StrictFDDP(), AugmentedLagrangian(), or an AbstractOCPSolver with "
+                f"warm_startable = True), got {self.solver!r}"
+            )
         if not (isinstance(self.max_iters, int | np.integer) and self.max_iters >= 1):
             raise ValueError(
                 f"MPC: argument 'max_iters' must be a positive int, got {self.max_iters!r}"
@@ -125,7 +145,8 @@ class MPCResult(eqx.Module):
         error: ``(steps + 1,)`` tracking error of the plant state (see :func:`run_mpc`).
         status: ``(steps,)`` status code of each solve (``0`` converged, ``1`` iteration cap
             reached, as :attr:`~geomjax.control.trajopt.OCPSolution.status`;
-            :mod:`geomjax.control.status`).
+            :mod:`geomjax.control.status`; an augmented-Lagrangian solve at its cap is ``1``
+            with its constraints met, ``4`` ``"constraints_not_met"`` without).
         cost: ``(steps,)`` model cost of each step's plan (predicted cost-to-go).
         iterations: ``(steps,)`` solver iterations of each step.
         plan: controls ``(N, m)`` of the last solve (the warm start of a continued run).
@@ -138,6 +159,10 @@ class MPCResult(eqx.Module):
             optimum); of order 1 when the line search cut the step, the step was rejected or
             the model of the step was poor: the plan is still far from the model's optimum.
             ``inf`` when no iteration ran or a value was not finite (the status says why).
+            For an augmented-Lagrangian solve: of the last inner iteration, on the augmented
+            cost it minimized.
+        duals: the multipliers and penalty of the last solve, shifted one node (the rest of
+            the warm start, with ``plan``, of an augmented-Lagrangian solver), or None.
 
     Derived (arrays: they work under ``jit``/``vmap``): :attr:`converged`, :attr:`failed`,
     :attr:`stalled` (a capped solve far from stationary), :attr:`diverging` (the closed loop
@@ -154,6 +179,7 @@ class MPCResult(eqx.Module):
     iterations: jax.Array
     plan: jax.Array
     stationarity: jax.Array | None = None
+    duals: Any = None
 
     # former name (deprecated): the changelog's table of deprecated names
     result = renamed_attribute("MPCResult", "result", "status")
@@ -170,8 +196,9 @@ class MPCResult(eqx.Module):
 
     @property
     def failed(self):
-        """``(steps,)`` whether a step's solve broke down (regularization limit or non-finite
-        values; a capped but descending solve is not a failure)."""
+        """``(steps,)`` whether a step's solve broke down (regularization limit, non-finite
+        values, or constraints left violated; a capped but descending solve that meets its
+        constraints is not a failure)."""
         return self.status > 1
 
     @property
@@ -225,6 +252,13 @@ class MPCResult(eqx.Module):
                 f"({int(bad.sum())} of {r.size} solves failed)"
             )
             fixes.append("check the model, its costs and bounds at the plant's states")
+            if (r == CONSTRAINTS).any():
+                fixes.append(
+                    "check that the constraints can be met from the plant's states (the first "
+                    "node's are the measured state's), or give the augmented Lagrangian more "
+                    "outer iterations per step (MPC(max_iters=...)), more inner ones "
+                    "(inner_iters) or a larger penalty_init"
+                )
         div, stalling = np.asarray(self.diverging), np.asarray(self.stalling)
         if div.any():
             i = int(np.argmax(div.reshape(-1)))
@@ -349,18 +383,28 @@ def _with_horizon(problem: OptimalControlProblem, horizon: int) -> OptimalContro
         control_dim=problem.control_dim,
         lower=problem.lower if problem.bounded else None,
         upper=problem.upper if problem.bounded else None,
+        path_equality=problem.path_equality,
+        path_inequality=problem.path_inequality,
+        terminal_equality=problem.terminal_equality,
+        terminal_inequality=problem.terminal_inequality,
         chart=problem.chart,
     )
 
 
 def _retarget(problem: OptimalControlProblem, x, t0) -> OptimalControlProblem:
     """The model problem from the measured state ``x`` at time ``t0`` (fields replaced, so no
-    re-validation inside the loop)."""
-    return eqx.tree_at(
+    re-validation inside the loop); its path constraints, like its stage cost, at absolute time
+    (terminal ones take no time)."""
+    problem = eqx.tree_at(
         lambda p: (p.state0, p.stage_cost, p.method),
         problem,
         (x, _shift_cost(problem.stage_cost, t0), _TimeShiftedMethod(problem.method, t0)),
     )
+    for name in ("path_equality", "path_inequality"):
+        fn = getattr(problem, name)
+        if fn is not None:
+            problem = eqx.tree_at(lambda p, n=name: getattr(p, n), problem, _TimeShifted(fn, t0))
+    return problem
 
 
 class _TargetError(eqx.Module):
@@ -391,43 +435,47 @@ def _checked(where, problem, controller):
         raise ValueError(
             f"{where}: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
         )
-    if problem.constrained:
-        raise ValueError(
-            f"{where}: argument 'problem' has path/terminal constraints; the receding-horizon "
-            "solves take bounds and costs only (state the target as a terminal cost)"
-        )
     controller = MPC() if controller is None else controller
     if not isinstance(controller, MPC):
         raise ValueError(f"{where}: argument 'controller' must be an MPC, got {controller!r}")
+    if problem.constrained and not controller.solver.handles_constraints:
+        raise ValueError(
+            f"{where}: argument 'problem' has path/terminal constraints, which the controller's "
+            f"solver {type(controller.solver).__name__} does not take; pass "
+            "controller=MPC(AugmentedLagrangian(...)), or state the target as a terminal cost"
+        )
     if controller.horizon is not None:
         problem = _with_horizon(problem, int(controller.horizon))
     return problem, controller
 
 
 # --- the closed loop --------------------------------------------------------------------------------
-def _control_step(problem, controller, plan, x, t):
+def _control_step(problem, controller, warm: WarmStart, x, t):
     """One receding-horizon step: the problem from the measured state ``x`` at time ``t``,
-    solved by ``controller.max_iters`` iterations from the warm start ``plan`` ``(N, m)``;
-    returns the control to apply, the next warm start (the plan shifted by one node, its last
-    control repeated) and the solution."""
+    solved by ``controller.max_iters`` iterations from the warm start ``warm`` (the controls
+    ``(N, m)``, and the multipliers of a solver that carries them); returns the control to
+    apply, the next warm start (what the solve leaves, shifted by one node, its last node
+    repeated) and the solution."""
+    solver = controller.solver
+    problem = _retarget(problem, x, t)
     sol = solve_ocp(
-        _retarget(problem, x, t), controller.solver, plan, max_iters=controller.max_iters
+        problem, solver, warm.controls, max_iters=controller.max_iters, duals=warm.duals
     )
-    plan1 = jnp.concatenate([sol.controls[1:], sol.controls[-1:]])
-    return sol.controls[0], plan1, sol
+    warm1 = solver.warm_start_from(problem, sol).shifted()
+    return sol.controls[0], warm1, sol
 
 
-def _stationarity(sol, tol):
+def _stationarity(solver, sol, tol):
     """The estimated relative suboptimality of a solve's plan (:attr:`MPCResult.stationarity`):
     the part of its last iteration's predicted improvement ``|d₁ + d₂/2|`` that the step did not
     deliver, ``r = |(J_before − J) − |d₁ + d₂/2||``, over ``|J|``; 0 when ``r`` is below the
     solver's tolerance ``tol·(1 + |J|)``, ``inf`` when no iteration ran or a value is not
-    finite."""
-    it = sol.iterations
-    i = jnp.maximum(it - 1, 0)
-    stop, before = sol.history["stop"][i], sol.history["cost"][i]
-    J = jnp.abs(sol.cost)
-    r = jnp.abs((before - sol.cost) - stop)
+    finite.  The last iteration and ``J`` are the solver's
+    (:meth:`~geomjax.control.trajopt.AbstractOCPSolver.last_iteration`: an augmented
+    Lagrangian's last inner iteration, on the cost it minimized)."""
+    it, stop, before, after = solver.last_iteration(sol)
+    J = jnp.abs(after)
+    r = jnp.abs((before - after) - stop)
     small = r <= tol * (1 + J)
     rel = jnp.where(small, 0.0, r / jnp.where(small, 1.0, J))
     return jnp.where((it > 0) & jnp.isfinite(r) & jnp.isfinite(J), rel, jnp.inf)
@@ -452,24 +500,26 @@ def _run_program(
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
     problem, plant_system = problem.prepared(), prepare_systems(plant_system)
-    tol = jnp.asarray(default_tol(controller.solver, dtype), dtype)
+    solver = controller.solver
+    tol = jnp.asarray(default_tol(solver, dtype), dtype)
 
     def body(carry, j):
-        x, plan = carry
+        x, warm = carry
         t = dt * j.astype(dtype)
-        u, plan1, sol = _control_step(problem, controller, plan, x, t)
+        u, warm1, sol = _control_step(problem, controller, warm, x, t)
         d = jnp.zeros((m,), dtype) if disturbance is None else disturbance(t).astype(dtype)
         x1 = plant_method.step(plant_system, x, dt, u + d, t)[0]
-        out = (x, u, error(t, x), sol.status, sol.cost, sol.iterations, _stationarity(sol, tol))
-        return (x1, plan1), out
+        status = solver.tick_status(problem, sol)
+        out = (x, u, error(t, x), status, sol.cost, sol.iterations, _stationarity(solver, sol, tol))
+        return (x1, warm1), out
 
-    (xN, plan), (xs, u, err, res, cost, its, stat) = jax.lax.scan(
-        body, (x0, us), jnp.arange(steps, dtype=jnp.int32)
+    (xN, warm), (xs, u, err, res, cost, its, stat) = jax.lax.scan(
+        body, (x0, solver.warm_start(problem, us)), jnp.arange(steps, dtype=jnp.int32)
     )
     times = dt * jnp.arange(steps + 1, dtype=dtype)
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), xs, xN)
     err = jnp.concatenate([err, error(times[-1], xN)[None]])
-    return MPCResult(times, states, u, err, res, cost, its, plan, stat)
+    return MPCResult(times, states, u, err, res, cost, its, warm.controls, stat, warm.duals)
 
 
 # an eager run_mpc is one program, compiled with XLA:CPU's small-loop threshold raised for it
@@ -502,7 +552,8 @@ def run_mpc(
             method, costs, bounds, ``dt``; its ``steps`` is the horizon unless
             ``controller.horizon`` is set; its ``state0`` is replaced by the measured state at
             every step and its node times by ``t_j + k·dt``: a stage cost may track a
-            time-dependent reference).  Bounds and costs only (no path/terminal constraints).
+            time-dependent reference, a path constraint a time-dependent limit).  Path and
+            terminal constraints need ``controller=MPC(AugmentedLagrangian(...))``.
         plant_system, plant_method: the simulated plant (default: the model's); its state must
             have the model state's structure (it is measured exactly).
         state0: the plant's initial state (default: ``problem.state0``; ``x0``: its deprecated
@@ -674,6 +725,9 @@ class MPCPlan(eqx.Module):
             relative to its cost (:attr:`MPCResult.stationarity`; ``inf`` before the first
             step); with ``status == 1`` (the cap) and above :data:`STALL_TOL` the solve stopped
             far from stationary: more iterations per step, or a better warm start.
+        duals: the rest of the warm start of a solver that carries more than the controls (an
+            :class:`~geomjax.control.trajopt.AugmentedLagrangian`'s multipliers, the path ones
+            shifted by one node, and its penalty), else None.
     """
 
     controls: jax.Array
@@ -681,13 +735,22 @@ class MPCPlan(eqx.Module):
     iterations: jax.Array
     cost: jax.Array
     stationarity: jax.Array | None = None
+    duals: Any = None
+
+    @property
+    def warm_start(self) -> WarmStart:
+        """The warm start of the next solve (:class:`~geomjax.control.trajopt.WarmStart`)."""
+        return WarmStart(self.controls, self.duals)
 
 
 def _online_step_traced(problem, controller, plan, x, t):
     problem = problem.prepared()
-    u, controls, sol = _control_step(problem, controller, plan.controls, x, t)
-    tol = jnp.asarray(default_tol(controller.solver, problem.dtype), problem.dtype)
-    return u, MPCPlan(controls, sol.status, sol.iterations, sol.cost, _stationarity(sol, tol))
+    solver = controller.solver
+    u, warm, sol = _control_step(problem, controller, plan.warm_start, x, t)
+    tol = jnp.asarray(default_tol(solver, problem.dtype), problem.dtype)
+    status = solver.tick_status(problem, sol)
+    stat = _stationarity(solver, sol, tol)
+    return u, MPCPlan(warm.controls, status, sol.iterations, sol.cost, stat, warm.duals)
 
 
 _online_step = top_level_options(_online_step_traced, small_loops=True, library_fusions=False)
@@ -711,8 +774,8 @@ class OnlineMPC(eqx.Module):
 
     Arguments:
         problem: the model :class:`~geomjax.control.trajopt.OptimalControlProblem` (bounds and
-            costs; no path/terminal constraints); its ``steps`` is the horizon unless
-            ``controller.horizon`` is set.
+            costs; path/terminal constraints with an ``AugmentedLagrangian`` controller); its
+            ``steps`` is the horizon unless ``controller.horizon`` is set.
         controller: the :class:`MPC` settings (default ``MPC()``).
 
     Example (a body whose measured state comes from elsewhere)::
@@ -742,12 +805,14 @@ class OnlineMPC(eqx.Module):
         where = "OnlineMPC.init"
         us = _initial_plan(self.problem, renamed(controls, us, where, "controls", "us"), where)
         dtype = self.problem.dtype
+        warm = self.controller.solver.warm_start(self.problem, us)
         return MPCPlan(
-            us,
+            warm.controls,
             jnp.asarray(Status.NOT_RUN, jnp.int32),
             jnp.zeros((), jnp.int32),
             jnp.asarray(jnp.nan, dtype),
             jnp.asarray(jnp.inf, dtype),
+            warm.duals,
         )
 
     @plain_method

@@ -69,6 +69,7 @@ from .solvers import (
     DDPHistory,
     DDPState,
     StrictFDDP,
+    WarmStart,
 )
 
 __all__ = [
@@ -92,6 +93,7 @@ __all__ = [
     "ResidualCost",
     "StrictFDDP",
     "Trial",
+    "WarmStart",
     "box_qp",
     "solve_ocp",
 ]

@@ -11,12 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._internal import compile_cache
+from ..._internal.aot import structure
 from ..._internal.eager import LEGACY_EMITTERS, quick_compiled, top_level_options
 from ..._internal.tracing import any_traced, is_traced
 from ..._internal.warn import renamed
 from ...systems.base import AbstractSystem
 from .loop import Monitor, iterate
-from .problem import OptimalControlProblem
+from .problem import Duals, OptimalControlProblem, zero_duals
 from .solution import NONFINITE, OCPSolution
 from .solvers import DDP, AbstractOCPSolver
 
@@ -43,7 +44,23 @@ def _check_initial(problem, us, xs):
     return us, xs
 
 
-def _solve_traced(problem, solver, us, xs, max_iters, monitor=False):
+def _check_duals(problem, solver, duals):
+    """``duals`` checked against the problem's constraints (their shapes) and the solver."""
+    if not solver.handles_constraints:
+        raise ValueError(
+            "solve_ocp: argument 'duals' (multipliers to start from) needs a solver that takes "
+            f"constraints (AugmentedLagrangian), got {type(solver).__name__}"
+        )
+    want = zero_duals(problem)
+    if not isinstance(duals, Duals) or structure(duals) != structure(want):
+        raise ValueError(
+            "solve_ocp: argument 'duals' must be the OCPSolution.duals of a solve of a problem "
+            f"with the same constraints and horizon, {structure(want)}, got {structure(duals)}"
+        )
+    return duals
+
+
+def _solve_traced(problem, solver, us, xs, max_iters, monitor=False, duals=None):
     problem = problem.prepared()
     us = jnp.clip(us, problem.lower, problem.upper)
     if xs is None:
@@ -51,7 +68,10 @@ def _solve_traced(problem, solver, us, xs, max_iters, monitor=False):
     else:
         xs = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), xs, problem.state0)
         feasible = False
-    state = solver.init(problem, xs, us, feasible, max_iters)
+    if duals is None:
+        state = solver.init(problem, xs, us, feasible, max_iters)
+    else:
+        state = solver.init(problem, xs, us, feasible, max_iters, duals=duals)
     state = iterate(problem, solver, state, monitor)
     return solver.postprocess(problem, state)
 
@@ -97,6 +117,7 @@ def solve_ocp(
     max_iters: int = 100,
     progress: bool | None = None,
     fast_iterations: bool = False,
+    duals=None,
     us=None,
     xs=None,
 ) -> OCPSolution:
@@ -108,6 +129,10 @@ def solve_ocp(
             bounds (``OCPSolution.controls`` of an earlier solve: a warm start).
         states: initial states (leading axis ``steps + 1``): a multiple-shooting start (the gaps
             are closed by the forward passes); default: the rollout of ``controls``.
+        duals: the multipliers and penalty an :class:`AugmentedLagrangian` solve starts from
+            (``OCPSolution.duals`` of an earlier solve of a problem with the same constraints: a
+            warm start, as model predictive control does tick to tick); default: zero
+            multipliers and the solver's ``penalty_init``.
         us, xs: deprecated names of ``controls`` and ``states``.
         max_iters: iteration cap (outer iterations for :class:`AugmentedLagrangian`, whose inner
             solves have ``inner_iters`` each).
@@ -161,6 +186,8 @@ def solve_ocp(
         raise ValueError(
             f"solve_ocp: argument 'max_iters' must be a positive int, got {max_iters!r}"
         )
+    if duals is not None:
+        duals = _check_duals(problem, solver, duals)
     us = renamed(controls, us, "solve_ocp", "controls", "us")
     xs = renamed(states, xs, "solve_ocp", "states", "xs")
     us, xs = _check_initial(problem, us, xs)
@@ -173,7 +200,7 @@ def solve_ocp(
     if eager:
         problem = _prepare(problem)
     if not eager:
-        sol = solve(problem, solver, us, xs, int(max_iters))
+        sol = solve(problem, solver, us, xs, int(max_iters), False, duals)
     else:
         t = np.full(int(max_iters), np.nan)
         if progress is False or (progress is None and compile_cache.in_effect()):
@@ -181,7 +208,7 @@ def solve_ocp(
             # CPU, as much as a fast iteration itself), and the program can go to (and come
             # from) JAX's persistent cache, which holds no program that calls back to Python
             t0 = time.perf_counter()
-            sol = solve(problem, solver, us, xs, int(max_iters))
+            sol = solve(problem, solver, us, xs, int(max_iters), False, duals)
             jax.block_until_ready(sol.controls)
             done = np.flatnonzero(np.isfinite(np.asarray(sol.history["cost"])))
             t[done[-1] if done.size else 0] = time.perf_counter() - t0
@@ -191,7 +218,7 @@ def solve_ocp(
             monitor = Monitor(int(max_iters), bar, f"solve_ocp {name}")
             previous, Monitor.active = Monitor.active, monitor
             try:
-                sol = solve(problem, solver, us, xs, int(max_iters), True)
+                sol = solve(problem, solver, us, xs, int(max_iters), True, duals)
                 jax.block_until_ready(sol.controls)
                 jax.effects_barrier()
             finally:

@@ -45,7 +45,43 @@ __all__ = [
     "DDPState",
     "History",
     "StrictFDDP",
+    "WarmStart",
 ]
+
+
+class WarmStart(eqx.Module):
+    """What a solver carries from one model-predictive-control tick to the next (the warm-start
+    protocol of :class:`AbstractOCPSolver`; :class:`~geomjax.control.MPCPlan` holds it).
+
+    Fields:
+        controls: ``(N, m)`` the controls the next solve starts from.
+        duals: the augmented-Lagrangian multipliers and penalty it starts from
+            (:class:`AugmentedLagrangian`; ``None`` for the DDP-type solvers, which carry the
+            controls only).
+    """
+
+    controls: jax.Array
+    duals: Any = None
+
+    def shifted(self) -> WarmStart:
+        """This warm start moved one node along the horizon, the last node repeated:
+        ``(ū_1, …, ū_{N−1}, ū_{N−1})`` and the path multipliers likewise (a receding horizon's
+        next solve starts one control step later); the terminal multipliers and the penalty are
+        kept."""
+
+        def shift(a):
+            return jnp.concatenate([a[1:], a[-1:]])
+
+        duals = self.duals
+        if duals is not None:
+            duals = Duals(
+                shift(duals.path_eq),
+                shift(duals.path_ineq),
+                duals.term_eq,
+                duals.term_ineq,
+                duals.penalty,
+            )
+        return WarmStart(shift(self.controls), duals)
 
 
 class AbstractOCPSolver(eqx.Module):
@@ -59,9 +95,18 @@ class AbstractOCPSolver(eqx.Module):
     as one ``lax.while_loop``.  A state is a pytree with at least the fields ``it`` (iterations
     run) and ``cost`` (reported to the progress monitor of an eager solve after each step).
     ``handles_constraints``: whether the solver takes path/terminal constraints (else
-    :func:`solve_ocp` refuses a constrained problem)."""
+    :func:`solve_ocp` refuses a constrained problem).
+
+    The warm-start protocol (what :class:`~geomjax.control.MPC` needs of a solver;
+    ``warm_startable`` says whether a solver implements it): a :class:`WarmStart` before the
+    first tick (:meth:`warm_start`), the one a solve leaves (:meth:`warm_start_from`), moved one
+    node along the horizon by :meth:`WarmStart.shifted`; a solve starts from it as
+    ``solve_ocp(problem, solver, warm.controls, duals=warm.duals)``.  Per tick,
+    :meth:`tick_status` is the status of a solve stopped at its cap and :meth:`last_iteration`
+    what the controller measures its stationarity from."""
 
     handles_constraints: ClassVar[bool] = False
+    warm_startable: ClassVar[bool] = False
 
     @abc.abstractmethod
     def init(self, problem, xs, us, feasible, max_iters: int):
@@ -79,6 +124,28 @@ class AbstractOCPSolver(eqx.Module):
     @abc.abstractmethod
     def postprocess(self, problem, state) -> OCPSolution:
         """The :class:`~geomjax.control.trajopt.OCPSolution` of the final state."""
+
+    # --- the warm-start protocol (model predictive control) -----------------------------------
+    def warm_start(self, problem, controls) -> WarmStart:
+        """The warm start of the first tick from the controls ``(N, m)`` (default: the controls
+        alone)."""
+        return WarmStart(controls)
+
+    def warm_start_from(self, problem, solution: OCPSolution) -> WarmStart:
+        """What a solve leaves for the next one, before the shift (default: its controls)."""
+        return WarmStart(solution.controls)
+
+    def tick_status(self, problem, solution: OCPSolution):
+        """The status of a solve run for a fixed number of iterations per tick (default: its
+        own; a capped solve is status 1 ``"max_iters"``, normal in model predictive control)."""
+        return solution.status
+
+    def last_iteration(self, solution: OCPSolution):
+        """``(iterations, stop, before, after)`` of the solve's last (inner) iteration: the
+        iterations run, the predicted improvement of a full step ``|d₁ + d₂/2|``, the cost the
+        iteration started from and the one it ended at (the cost it minimized).  Not provided
+        by the base class."""
+        raise NotImplementedError(f"{type(self).__name__} does not report its last iteration")
 
 
 class AbstractDDPSolver(AbstractOCPSolver):
@@ -161,6 +228,12 @@ class AbstractDDPSolver(AbstractOCPSolver):
     qp_iters: int = eqx.field(static=True, default=20)
     short_step: float = 0.0
     reg_decrease: float | None = None
+    warm_startable: ClassVar[bool] = True
+
+    def last_iteration(self, solution: OCPSolution):
+        it = solution.iterations
+        i = jnp.maximum(it - 1, 0)
+        return it, solution.history["stop"][i], solution.history["cost"][i], solution.cost
 
     def init(self, problem, xs, us, feasible, max_iters: int, duals=None, k=None) -> DDPState:
         """Also: ``duals``, the augmented-Lagrangian multipliers and penalty held fixed during
@@ -403,6 +476,14 @@ class AugmentedLagrangian(AbstractOCPSolver):
       ``penalty_max``: status 4 ``"constraints_not_met"``;
     * ``max_iters`` (of :func:`~geomjax.control.trajopt.solve_ocp`: outer iterations here)
       outer iterations run without converging: status 4 ``"constraints_not_met"`` (not 1).
+
+    In model predictive control (:class:`~geomjax.control.MPC`, ``max_iters`` outer iterations
+    per tick, each of at most ``inner_iters``) a solve stopped at that cap with its violation
+    ``≤ constraint_tol`` is status 1 ``"max_iters"`` (:meth:`tick_status`): a capped solve,
+    normal there; one that leaves the constraints violated stays status 4, a failure.  Its warm
+    start carries the multipliers and the penalty from tick to tick (:meth:`warm_start_from`),
+    the path multipliers shifted one node with the controls (Howell, Jackson & Manchester,
+    *ALTRO*, IROS 2019, §III and its model-predictive-control section).
     """
 
     inner: AbstractDDPSolver = ILQR()
@@ -412,9 +493,13 @@ class AugmentedLagrangian(AbstractOCPSolver):
     penalty_factor: float = 10.0
     penalty_max: float = 1e10
     handles_constraints: ClassVar[bool] = True
+    warm_startable: ClassVar[bool] = True
 
-    def init(self, problem, xs, us, feasible, max_iters: int):
-        return _al_init(self, problem, xs, us, feasible, max_iters)
+    def init(self, problem, xs, us, feasible, max_iters: int, duals=None):
+        """Also: ``duals``, the multipliers and penalty to start from (default: zero
+        multipliers, the penalty ``penalty_init``; an earlier solution's ``duals``: a warm
+        start)."""
+        return _al_init(self, problem, xs, us, feasible, max_iters, duals)
 
     def step(self, problem, state):
         return _al_step(self, problem, state)
@@ -425,13 +510,44 @@ class AugmentedLagrangian(AbstractOCPSolver):
     def postprocess(self, problem, state) -> OCPSolution:
         return _al_postprocess(problem, state)
 
+    def warm_start(self, problem, controls) -> WarmStart:
+        """The controls, zero multipliers and the penalty ``penalty_init``."""
+        return WarmStart(controls, zero_duals(problem, self.penalty_init))
+
+    def warm_start_from(self, problem, solution: OCPSolution) -> WarmStart:
+        """The controls, the multipliers and the penalty of the solution."""
+        return WarmStart(solution.controls, solution.duals)
+
+    def tick_status(self, problem, solution: OCPSolution):
+        """Status 1 ``"max_iters"`` for a solve stopped at its outer cap with its violation
+        ``≤ constraint_tol``; else its own (status 4 when the cap left the constraints
+        violated)."""
+        h = solution.history["violation"]
+        capped = jnp.isfinite(h[-1])  # every outer iteration ran
+        met = solution.violation <= self.constraint_tol
+        ok = capped & met & (solution.status == CONSTRAINTS)
+        return jnp.where(ok, MAX_ITERS, solution.status).astype(solution.status.dtype)
+
+    def last_iteration(self, solution: OCPSolution):
+        """The last inner iteration of the last outer one: its ``|d₁ + d₂/2|`` and the
+        augmented cost (constraint terms of that solve's multipliers included) before and after
+        it."""
+        h = solution.history
+        it = jnp.sum(jnp.isfinite(h["violation"])).astype(jnp.int32)
+        i = jnp.maximum(it - 1, 0)
+        ran = jnp.where(h["inner_iterations"][i] > 0, it, 0)
+        return ran, h["stop"][i], h["step_from"][i], h["step_to"][i]
+
 
 def _node_times(problem):
     return problem.dt * jnp.arange(problem.steps + 1, dtype=problem.dtype)
 
 
 def default_tol(solver, dtype):
-    """The solver's convergence tolerance ``tol``, or its default for ``dtype``."""
+    """The solver's convergence tolerance ``tol``, or its default for ``dtype`` (an
+    :class:`AugmentedLagrangian`'s: its inner solver's)."""
+    if isinstance(solver, AugmentedLagrangian):
+        solver = solver.inner
     if solver.tol is not None:
         return solver.tol
     return 1e-10 if jnp.finfo(dtype).bits > 32 else 1e-5
@@ -601,18 +717,32 @@ def _ddp_postprocess(problem, s: DDPState) -> OCPSolution:
 class ALHistory(History):
     """Per-outer-iteration record of an :class:`AugmentedLagrangian` solve, arrays
     ``(max_outer,)`` (NaN after the last): ``cost`` (without constraint terms), ``violation``,
-    ``penalty``, ``inner_iterations``, ``time`` (eager solves)."""
+    ``penalty``, ``inner_iterations``, ``time`` (eager solves), and of the inner solve's last
+    iteration ``stop`` (its ``|d₁ + d₂/2|``), ``step_from`` and ``step_to`` (the augmented cost
+    before and after it: what model predictive control measures stationarity from)."""
 
     cost: jax.Array
     violation: jax.Array
     penalty: jax.Array
     inner_iterations: jax.Array
     time: jax.Array
+    stop: jax.Array
+    step_from: jax.Array
+    step_to: jax.Array
 
     @classmethod
     def empty(cls, max_outer: int, dtype) -> ALHistory:
         nan = jnp.full((max_outer,), jnp.nan, dtype)
-        return cls(cost=nan, violation=nan, penalty=nan, inner_iterations=nan, time=nan)
+        return cls(
+            cost=nan,
+            violation=nan,
+            penalty=nan,
+            inner_iterations=nan,
+            time=nan,
+            stop=nan,
+            step_from=nan,
+            step_to=nan,
+        )
 
 
 class _ALState(eqx.Module):
@@ -645,7 +775,7 @@ def _max_violation(c, dtype):
     return v
 
 
-def _al_init(solver, problem, xs, us, feasible, max_outer):
+def _al_init(solver, problem, xs, us, feasible, max_outer, duals=None):
     dtype = problem.dtype
     N = problem.steps
     n = problem.chart.dim(problem.system, problem.state0)
@@ -653,7 +783,7 @@ def _al_init(solver, problem, xs, us, feasible, max_outer):
     return _ALState(
         xs=xs,
         us=us,
-        duals=zero_duals(problem, solver.penalty_init),
+        duals=zero_duals(problem, solver.penalty_init) if duals is None else duals,
         v=_max_violation(_violations(problem, xs, us), dtype),
         feasible=jnp.asarray(feasible),
         it=jnp.zeros((), jnp.int32),
@@ -697,8 +827,16 @@ def _al_step(solver, problem, c: _ALState) -> _ALState:
     )
     it = c.it
     cost = problem.cost(s.xs, s.us)
+    last = jnp.maximum(s.it - 1, 0)
     hist = c.hist.record(
-        it, cost=cost, violation=v, penalty=rho, inner_iterations=s.it.astype(dtype)
+        it,
+        cost=cost,
+        violation=v,
+        penalty=rho,
+        inner_iterations=s.it.astype(dtype),
+        stop=s.hist.stop[last],
+        step_from=s.hist.cost[last],
+        step_to=s.cost,
     )
     # keep the multipliers of the converged iterate (the KKT multipliers)
     duals = jax.tree_util.tree_map(lambda a, b: jnp.where(success, b, a), duals, d)
