@@ -506,6 +506,7 @@ def fitting_problem(
     shapes = tuple(tuple(np.shape(x)) for x in leaves)
 
     # --- tables of the records, grouped by length (one vmapped run per group) ---------------
+    # (cut in NumPy, the records being data: no eager program of JAX's to compile per slice)
     groups: dict = {}
     for i, tr in enumerate(trajs):
         groups.setdefault((tr.num_samples, tr.xi is None), []).append(i)
@@ -519,7 +520,7 @@ def fitting_problem(
             where_traj[i] = (len(tables), b)
             tr = trajs[i]
             h = float(tr.times[1] - tr.times[0])
-            g_obs = jnp.asarray(tr.g, dtype)
+            g_obs = np.asarray(tr.g, dtype)
             u = np.zeros((S, L * substeps, m_u))
             if tr.controls is not None:
                 j = np.minimum(idx[:, :-1], N - 2)
@@ -527,11 +528,11 @@ def fitting_problem(
                 u = np.repeat(u_s, substeps, axis=1)
             starts = g_obs[idx[:, 0]]
             if tr.xi is not None:
-                xi0 = jnp.asarray(tr.xi, dtype)[idx[:, 0]]
-                xis.append(jnp.asarray(tr.xi, dtype)[idx])
+                xi0 = np.asarray(tr.xi, dtype)[idx[:, 0]]
+                xis.append(np.asarray(tr.xi, dtype)[idx])
             else:  # finite differences of the measurements
                 nxt = g_obs[np.minimum(idx[:, 0] + 1, N - 1)]
-                xi0 = jax.vmap(G.rminus)(nxt, starts) / h
+                xi0 = jax.vmap(G.rminus)(jnp.asarray(nxt), jnp.asarray(starts)) / h
             hs.append(h)
             gs.append(g_obs[idx])
             us.append(u)
@@ -539,7 +540,7 @@ def fitting_problem(
             x0s.append(xi0)
         hs = np.asarray(hs)
         vn = (
-            jnp.broadcast_to(jnp.asarray(velocity_noise, dtype), (len(members), G.dim))
+            jnp.asarray(np.broadcast_to(np.asarray(velocity_noise, dtype), (len(members), G.dim)))
             if velocity_noise is not None
             else noise[None, :] / jnp.asarray(hs, dtype)[:, None]
         )
@@ -549,17 +550,17 @@ def fitting_problem(
                 S=S,
                 h=jnp.asarray(hs, dtype),
                 t0=jnp.asarray(np.stack(t0s), dtype),
-                g=jnp.stack(gs),
+                g=jnp.asarray(np.stack(gs)),
                 mask=jnp.asarray(mask),
                 # no controls in any record: None (a free run; no per-step control array,
                 # whose cotangents would make the reversible adjoint's memory O(steps))
                 u=jnp.asarray(np.stack(us), dtype) if any_u else None,
-                xi=None if no_xi else jnp.stack(xis),
+                xi=None if no_xi else jnp.asarray(np.stack(xis)),
                 vn=vn,
             )
         )
-        deltas0.append(jnp.zeros((len(members), S, G.dim), dtype))
-        xis0.append(jnp.asarray(jnp.stack(x0s), dtype))
+        deltas0.append(jnp.asarray(np.zeros((len(members), S, G.dim), dtype)))
+        xis0.append(jnp.asarray(np.stack([np.asarray(x) for x in x0s]), dtype))
 
     theta0 = tuple(P.to_unconstrained(jnp.asarray(x, dtype), k) for x, k in zip(leaves, kinds))
     spec = _Spec(
