@@ -41,6 +41,7 @@ from .status import MESSAGES as _MESSAGES
 from .status import REASONS as _REASONS
 from .trajopt import ILQR, AbstractOCPSolver, OptimalControlProblem, ResidualCost, solve_ocp
 from .trajopt.problem import Actuated
+from .trajopt.solve import check_duals
 from .trajopt.solvers import WarmStart, default_tol
 
 __all__ = ["MPC", "MPCPlan", "MPCResult", "OnlineMPC", "run_mpc"]
@@ -495,7 +496,7 @@ def _initial_plan(problem, controls, where):
 
 
 def _run_program(
-    problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps
+    problem, controller, plant_system, plant_method, x0, us, disturbance, error, steps, duals=None
 ):
     dt, m = problem.dt, problem.control_dim
     dtype = problem.dtype
@@ -513,8 +514,11 @@ def _run_program(
         out = (x, u, error(t, x), status, sol.cost, sol.iterations, _stationarity(solver, sol, tol))
         return (x1, warm1), out
 
+    warm0 = solver.warm_start(problem, us)
+    if duals is not None:  # continuing an earlier loop: its multipliers and penalty
+        warm0 = WarmStart(warm0.controls, duals)
     (xN, warm), (xs, u, err, res, cost, its, stat) = jax.lax.scan(
-        body, (x0, solver.warm_start(problem, us)), jnp.arange(steps, dtype=jnp.int32)
+        body, (x0, warm0), jnp.arange(steps, dtype=jnp.int32)
     )
     times = dt * jnp.arange(steps + 1, dtype=dtype)
     states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), xs, xN)
@@ -540,6 +544,7 @@ def run_mpc(
     *,
     controller: MPC | None = None,
     controls=None,
+    duals=None,
     error: Callable | None = None,
     warn: bool = True,
     us=None,
@@ -566,6 +571,10 @@ def run_mpc(
             of a converged :func:`~geomjax.control.trajopt.solve_ocp` from ``state0`` to start from
             an optimal plan, as a controller that plans before it starts (``us``: its deprecated
             name).
+        duals: the first plan's multipliers and penalty (an :class:`AugmentedLagrangian`
+            controller; default: zero multipliers and its ``penalty_init``): with ``controls=``
+            ``result.plan`` and ``state0=`` the last of ``result.states``, ``duals=result.duals``
+            continues an earlier run where it stopped.
         error: ``e(t, state) -> scalar`` tracking error recorded along the run (default: the norm
             of the target residual, i.e. of a :class:`~geomjax.control.trajopt.ResidualCost`
             terminal cost's residual (``|(log(R*⁻¹R), Ω)|`` for
@@ -641,6 +650,8 @@ def run_mpc(
 
     checked_once("plant", (plant_system, plant_method, x0, problem.dt, u_probe), check_plant)
     us = _initial_plan(problem, renamed(controls, us, where, "controls", "us"), where)
+    if duals is not None:
+        duals = check_duals(problem, controller.solver, duals, where)
     error = _default_error(problem) if error is None else error
     if error is None:
         raise ValueError(
@@ -659,7 +670,16 @@ def run_mpc(
 
     checked_once("error", (error, x0), check_error)
     res = _run(
-        problem, controller, plant_system, plant_method, x0, us, disturbance, error, int(steps)
+        problem,
+        controller,
+        plant_system,
+        plant_method,
+        x0,
+        us,
+        disturbance,
+        error,
+        int(steps),
+        duals,
     )
     if warn and not any_traced(res):
         problems, fixes = res._problems(controller.max_iters)
@@ -799,13 +819,19 @@ class OnlineMPC(eqx.Module):
         # 2–3× faster); the same program as the plain ``jit`` path
         self._steps = CompiledPrograms(_online_step_traced, small_loops=True, library_fusions=False)
 
-    def init(self, controls=None, *, us=None) -> MPCPlan:
+    def init(self, controls=None, *, duals=None, us=None) -> MPCPlan:
         """The plan before the first step: ``controls`` ``(N, m)`` as the first warm start (e.g.
-        an open-loop optimum from the initial state), default zeros (``us``: deprecated name)."""
+        an open-loop optimum from the initial state), default zeros (``us``: deprecated name);
+        ``duals``: the multipliers and penalty an :class:`AugmentedLagrangian` controller starts
+        from (default: zero multipliers and its ``penalty_init``; e.g. ``MPCResult.duals`` of an
+        earlier loop)."""
         where = "OnlineMPC.init"
         us = _initial_plan(self.problem, renamed(controls, us, where, "controls", "us"), where)
         dtype = self.problem.dtype
         warm = self.controller.solver.warm_start(self.problem, us)
+        if duals is not None:
+            duals = check_duals(self.problem, self.controller.solver, duals, where)
+            warm = WarmStart(warm.controls, duals)
         return MPCPlan(
             warm.controls,
             jnp.asarray(Status.NOT_RUN, jnp.int32),

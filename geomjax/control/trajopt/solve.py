@@ -44,18 +44,20 @@ def _check_initial(problem, us, xs):
     return us, xs
 
 
-def _check_duals(problem, solver, duals):
-    """``duals`` checked against the problem's constraints (their shapes) and the solver."""
+def check_duals(problem, solver, duals, where="solve_ocp"):
+    """``duals`` checked against the problem's constraints (their shapes) and the solver
+    (``where``: the entry point named in the error)."""
     if not solver.handles_constraints:
         raise ValueError(
-            "solve_ocp: argument 'duals' (multipliers to start from) needs a solver that takes "
+            f"{where}: argument 'duals' (multipliers to start from) needs a solver that takes "
             f"constraints (AugmentedLagrangian), got {type(solver).__name__}"
         )
     want = zero_duals(problem)
     if not isinstance(duals, Duals) or structure(duals) != structure(want):
         raise ValueError(
-            "solve_ocp: argument 'duals' must be the OCPSolution.duals of a solve of a problem "
-            f"with the same constraints and horizon, {structure(want)}, got {structure(duals)}"
+            f"{where}: argument 'duals' must be the duals of a solve (OCPSolution.duals) or of a "
+            "closed loop (MPCResult.duals, MPCPlan.duals) of a problem with the same constraints "
+            f"and horizon, {structure(want)}, got {structure(duals)}"
         )
     return duals
 
@@ -187,7 +189,7 @@ def solve_ocp(
             f"solve_ocp: argument 'max_iters' must be a positive int, got {max_iters!r}"
         )
     if duals is not None:
-        duals = _check_duals(problem, solver, duals)
+        duals = check_duals(problem, solver, duals)
     us = renamed(controls, us, "solve_ocp", "controls", "us")
     xs = renamed(states, xs, "solve_ocp", "states", "xs")
     us, xs = _check_initial(problem, us, xs)
