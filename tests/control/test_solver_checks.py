@@ -28,10 +28,16 @@ from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp
+from geomjax.control.trajopt.solvers import default_tol
 from geomjax.integrators import SemiImplicitEuler
 
 # no regularization: the steps are the unregularized Newton / Gauss–Newton steps
 NOREG = dict(reg_init=0.0, reg_min=0.0)
+
+#: iLQR with its float64 default ``tol`` spelled out: a float setting is traced (``tol=None`` is
+#: not), so the bounded 3-node solves below and the implicit-derivative check's plain solves
+#: (``tol=1e-20``) are one compiled program
+ILQR_DEFAULT = ILQR(tol=default_tol(ILQR(), jnp.float64))
 
 
 class _Exact(eqx.Module):
@@ -104,7 +110,7 @@ def test_last_node_feedforward_uses_the_exact_second_derivative():
     np.testing.assert_allclose(np.asarray(H) @ k, -np.asarray(g), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("solver", [ILQR(), DDP()])
+@pytest.mark.parametrize("solver", [ILQR_DEFAULT, DDP()])
 def test_bounded_optimum_kkt_by_finite_differences(solver):
     limit = 0.15
     prob = _problem(3, torque_max=limit)
@@ -426,7 +432,7 @@ def test_batched_solves_equal_one_by_one_solves():
     angles = jnp.array([0.2, 1.0, 2.5])
 
     def one(a, **kw):
-        return solve_ocp(_problem(3, torque_max=0.15, angle=a), ILQR(), max_iters=100, **kw)
+        return solve_ocp(_problem(3, torque_max=0.15, angle=a), ILQR_DEFAULT, max_iters=100, **kw)
 
     batch = jax.jit(jax.vmap(one))(angles)
     its = []
@@ -444,7 +450,7 @@ def test_batched_solves_equal_one_by_one_solves():
 @pytest.mark.parametrize(
     "solver",
     # DDP's fast program compiles for ~15 s; the option is the solvers' common loop's
-    [ILQR(), pytest.param(DDP(), marks=pytest.mark.long)],
+    [ILQR_DEFAULT, pytest.param(DDP(), marks=pytest.mark.long)],
     ids=["ilqr", "ddp"],
 )
 def test_fast_iterations_solve_is_the_same_solve(solver):
@@ -461,19 +467,22 @@ def test_fast_iterations_solve_is_the_same_solve(solver):
 
 def test_fast_iterations_program_has_no_library_fusions():
     """The option reaches XLA: the program compiled for ``fast_iterations`` calls no library
-    fusion (where this XLA knows the option at all), and ``fast_iterations`` is checked."""
+    fusion (where this XLA knows the option at all), and ``fast_iterations`` is checked.  The
+    program is the eager solve's of test_fast_iterations_solve_is_the_same_solve[ilqr] (the
+    problem prepared as ``solve_ocp`` prepares it, the same arguments): on the same worker it
+    is not compiled again."""
     from geomjax._internal.xla_flags import NO_LIBRARY_FUSIONS, no_library_fusion_options
-    from geomjax.control.trajopt.solve import _solve_fast
+    from geomjax.control.trajopt.solve import _prepare, _solve_fast
 
     options = no_library_fusion_options()
     if jax.default_backend() == "cpu":
         assert options in ({}, NO_LIBRARY_FUSIONS)
-    prob = _problem(3)
+    prob = _problem(3, torque_max=0.15)
     solver = jax.tree_util.tree_map(
-        lambda v: jnp.asarray(v, prob.dtype) if isinstance(v, float) else v, ILQR()
+        lambda v: jnp.asarray(v, prob.dtype) if isinstance(v, float) else v, ILQR_DEFAULT
     )
     us = jnp.zeros((3, 3), prob.dtype)
-    compiled = _solve_fast.lower(prob, solver, us, None, 10).compile()
+    compiled = _solve_fast.lower(_prepare(prob), solver, us, None, 100).compile()
     text = getattr(compiled, "compiled", compiled).as_text()
     if options:
         assert "ynn_fusion" not in text
@@ -485,12 +494,12 @@ def test_progress_false_reports_the_whole_call_only():
     """``progress=False``: no report per iteration (no host callback), the call's wall time at
     the last iteration; the solve itself is the one with the report."""
     prob = _problem(3, torque_max=0.15)  # the quiet solve: the program of the KKT check
-    quiet = solve_ocp(prob, ILQR(), max_iters=100, progress=False)
+    quiet = solve_ocp(prob, ILQR_DEFAULT, max_iters=100, progress=False)
     t = np.asarray(quiet.history["time"])
     last = int(quiet.iterations) - 1
     assert np.isfinite(t[last]) and t[last] > 0
     assert np.all(np.isnan(np.delete(t, last)))
-    reported = solve_ocp(prob, ILQR(), max_iters=100, progress=None)
+    reported = solve_ocp(prob, ILQR_DEFAULT, max_iters=100, progress=None)
     t = np.asarray(reported.history["time"])[: int(reported.iterations)]
     assert np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
     np.testing.assert_array_equal(quiet.controls, reported.controls)

@@ -3,6 +3,8 @@ multiple-shooting residuals) and the result object of ``fit_model``.  Its optimu
 against central finite differences of the loss (stationarity) and against the generating
 weights of the records (the records are the model's own motion, so the loss is zero there)."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
 from geomjax.learn import (
     FitError,
     ModelFit,
@@ -92,7 +95,9 @@ def test_lm_reaches_a_stationary_point_below_adam(fitted):
     loss, y0, _ = fitting_loss(
         lm.system, data, neural_leaves, kinds="free", continuity_weight=1.0, **KW
     )
-    loss = jax.jit(loss)  # one program for the probes below, not one per operation
+    # one program for the probes below (not one per operation), compiled without XLA's backend
+    # optimization: it runs a few times, so only its compilation counts
+    loss = jax.jit(loss, compiler_options=EAGER_COMPILER_OPTIONS)
     # the records are the model's own motion: the generating weights fit them exactly, so the
     # optimum's loss is near zero
     assert lm.losses[-1] < 1e-6 * lm.losses[0]
@@ -154,7 +159,9 @@ def staged_adam(model, data, schedule):
             )
         state = fresh
 
-        @jax.jit  # one program per stage (the update eagerly compiled each operation apart)
+        # one program per stage (eagerly, the update compiled each operation apart), without
+        # XLA's backend optimization: it runs a few steps, so only its compilation counts
+        @functools.partial(jax.jit, compiler_options=EAGER_COMPILER_OPTIONS)
         def step(y, state, loss=loss):
             val, g = jax.value_and_grad(loss)(y)
             upd, state = opt.update(g, state, y)
