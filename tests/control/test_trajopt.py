@@ -332,3 +332,35 @@ def test_simulate_takes_actuator_commands_through_actuated():
     )
     with pytest.raises(ValueError, match=r"'controls' must have shape \(6, 4\)"):
         gj.simulate(p.system, p.method, p.state0, p.dt, 6, controls=u @ p.method.matrix.T)
+
+
+def test_a_default_setting_and_its_value_share_one_program():
+    """``ILQR()`` and ``ILQR(tol=<its default>, reg_decrease=<reg_factor>)`` are the same solver:
+    solve_ocp fills the ``None`` settings in before it compiles, so the second solve compiles
+    nothing and gives the first one's result bit for bit (an augmented Lagrangian's inner
+    solver likewise); the filled values are the documented defaults in both precisions."""
+    from geomjax.control.trajopt.solvers import default_tol, with_defaults
+
+    compiles = {"n": 0}
+
+    def count(event, duration, **_):
+        compiles["n"] += event == "/jax/core/compile/backend_compile_duration"
+
+    p = attitude_problem(steps=5, exact_target=False)
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        for _ in range(2):  # the second call's one-time host-side programs as well
+            a = solve_ocp(p, ILQR(), progress=False)
+        before = compiles["n"]
+        b = solve_ocp(p, ILQR(tol=1e-10, reg_decrease=10.0), progress=False)
+        after = compiles["n"]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    assert after == before
+    np.testing.assert_array_equal(np.asarray(a.controls), np.asarray(b.controls))
+    assert int(a.iterations) == int(b.iterations)
+    for dtype, tol in ((jnp.float64, 1e-10), (jnp.float32, 1e-5)):
+        s = with_defaults(ILQR(reg_factor=4.0), dtype)
+        assert s.tol == tol == default_tol(ILQR(), dtype) and s.reg_decrease == 4.0
+    al = with_defaults(AugmentedLagrangian(inner=DDP(tol=1e-7)), jnp.float64)
+    assert al.inner.tol == 1e-7 and al.inner.reg_decrease == al.inner.reg_factor

@@ -19,7 +19,7 @@ from ...systems.base import AbstractSystem
 from .loop import Monitor, iterate
 from .problem import Duals, OptimalControlProblem, zero_duals
 from .solution import NONFINITE, OCPSolution
-from .solvers import DDP, AbstractOCPSolver
+from .solvers import DDP, AbstractOCPSolver, with_defaults
 
 __all__ = ["solve_ocp"]
 
@@ -194,7 +194,9 @@ def solve_ocp(
     xs = renamed(states, xs, "solve_ocp", "states", "xs")
     us, xs = _check_initial(problem, us, xs)
     # the solver's float settings as arrays of the problem's dtype: traced, not static, so that
-    # other tolerances or penalties reuse the compiled program (one compilation per structure)
+    # other tolerances or penalties reuse the compiled program (one compilation per structure);
+    # a setting left at None is its value first (a default and a given value share the program)
+    solver = with_defaults(solver, problem.dtype)
     solver = jax.tree_util.tree_map(
         lambda v: jnp.asarray(v, problem.dtype) if isinstance(v, float) else v, solver
     )

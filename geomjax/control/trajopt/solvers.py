@@ -543,6 +543,26 @@ def _node_times(problem):
     return problem.dt * jnp.arange(problem.steps + 1, dtype=problem.dtype)
 
 
+def with_defaults(solver, dtype):
+    """``solver`` with its ``None`` settings replaced by the values they stand for (``tol`` by
+    :func:`default_tol`, ``reg_decrease`` by ``reg_factor``; an :class:`AugmentedLagrangian`'s
+    inner solver likewise): the same iterations, and one compiled program whether a setting
+    was left at its default or given (``ILQR()`` and ``ILQR(tol=1e-10)`` share it)."""
+    if isinstance(solver, AugmentedLagrangian):
+        return eqx.tree_at(lambda s: s.inner, solver, with_defaults(solver.inner, dtype))
+    if not isinstance(solver, AbstractDDPSolver):
+        return solver
+    if solver.tol is None:
+        solver = eqx.tree_at(lambda s: s.tol, solver, default_tol(solver, dtype), is_leaf=_none)
+    if solver.reg_decrease is None:
+        solver = eqx.tree_at(lambda s: s.reg_decrease, solver, solver.reg_factor, is_leaf=_none)
+    return solver
+
+
+def _none(x):
+    return x is None
+
+
 def default_tol(solver, dtype):
     """The solver's convergence tolerance ``tol``, or its default for ``dtype`` (an
     :class:`AugmentedLagrangian`'s: its inner solver's)."""
