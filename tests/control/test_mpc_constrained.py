@@ -67,6 +67,11 @@ def _model(limit=None):
     )
     if limit is not None and not isinstance(limit, Band):
         limit = RateLimit(jnp.asarray(limit, jnp.float64))
+    return _constrained(p, lower=p.lower, upper=p.upper, path_inequality=limit)
+
+
+def _constrained(p, **constraints):
+    """``p`` (its dynamics and costs) with the bounds and constraints ``constraints``."""
     return OptimalControlProblem(
         p.system,
         p.method,
@@ -76,9 +81,7 @@ def _model(limit=None):
         p.stage_cost,
         p.terminal_cost,
         control_dim=3,
-        lower=p.lower,
-        upper=p.upper,
-        path_inequality=limit,
+        **constraints,
     )
 
 
@@ -163,19 +166,7 @@ def test_time_dependent_constraints_are_shifted_with_the_problem():
         def __call__(self, t, x, u):
             return jnp.stack([t - 1.0])
 
-    p = _model()
-    p = OptimalControlProblem(
-        p.system,
-        p.method,
-        p.state0,
-        p.dt,
-        p.steps,
-        p.stage_cost,
-        p.terminal_cost,
-        control_dim=3,
-        path_inequality=Ramp(),
-        path_equality=Ramp(),
-    )
+    p = _constrained(_model(), path_inequality=Ramp(), path_equality=Ramp())
     q = _retarget(p, p.state0, jnp.asarray(2.5))
     for fn in (q.path_inequality, q.path_equality):
         np.testing.assert_array_equal(
