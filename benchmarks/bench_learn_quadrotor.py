@@ -350,6 +350,7 @@ def mujoco_section(fast=False):
                 "planned_miss_mm": 1e3
                 * float(np.linalg.norm(np.asarray(sol.states.g[-1, :3, 3]) - TARGET)),
                 "flown_in_mujoco_miss_mm": 1e3 * float(np.linalg.norm(poses[-1, :3, 3] - TARGET)),
+                "group_defect": float(np.max(np.asarray(gj.SE3.defect(sol.states.g)))),
             }
         )
     print_table(
@@ -358,9 +359,28 @@ def mujoco_section(fast=False):
         title="crocoddyl's task (to (1, 0, 1) m in 0.99 s, thrusts in [0.1, 5] N) planned by DDP on "
         "each model (LGVI, 0.03 s), flown open loop in MuJoCo",
     )
+    # the black box on the same records: a neural ODE on (vec R, x, ω, v) with the thrusts as
+    # inputs, one Tsit5 step per control period, the same multiple shooting as the rollouts'
+    t = timer()
+    node, _, node_losses = fit_neural_ode(
+        NeuralODE(12, 6, jax.random.PRNGKey(1), n_u=4),
+        [_flat(np.asarray(r.g)) for r in data],
+        flight["dt"],
+        W_obs=[np.asarray(r.xi) for r in data],
+        velocity_weight=1e-2,
+        segment_length=11,
+        max_iters=BLACK_BOX_STEPS // 3 if fast else BLACK_BOX_STEPS,
+        controls=[np.asarray(r.controls) for r in data],
+    )
+    fit_row["black_box_fit_s"] = t.elapsed
+    fit_row["black_box_final_loss"] = float(node_losses[-1])
     flights = []
-    for label, model in (("nominal", None), ("identified", identified)):
-        r = omp.run_quadrotor_loop(breakdown=False, model=model)
+    for label, model, box in (
+        ("nominal", None, None),
+        ("identified", identified, None),
+        ("neural ODE (black box)", None, node),
+    ):
+        r = omp.run_quadrotor_loop(breakdown=False, model=model, black_box=box)
         n, W, P = r["ticks_per_leg"], r["waypoints"], r["positions"]
         start, ref = np.zeros(3), []
         for goal in W:
@@ -376,6 +396,7 @@ def mujoco_section(fast=False):
                 "tracking_rms_mm": 1e3 * float(np.sqrt(np.mean(track**2))),
                 "tracking_max_mm": 1e3 * float(track.max()),
                 "failed_ticks": int((r["status"] > 1).sum()),
+                "nonfinite_ticks": r["nonfinite_ticks"],
             }
         )
     print_table(
@@ -384,9 +405,23 @@ def mujoco_section(fast=False):
         title="OnlineMPC flying MuJoCo's quadrotor to (2, 1, 1.5) and back, planning on each model "
         "(errors read from MuJoCo's state; tracking: against the minimum-jerk reference flown)",
     )
+    by = {f["model"]: f for f in flights}
+    black_box = by["neural ODE (black box)"]
+    ratio = {
+        k: black_box[k] / by["identified"][k]
+        for k in ("tracking_rms_mm", "tracking_max_mm", "final_error_mm")
+    }
+    print_table([ratio], list(ratio), title="black box / identified, flown in MuJoCo")
     write_json(
         "learn_quadrotor_mujoco",
-        {"fit": fit_row, "plans": plans, "flights": flights, "fast": fast, "setpoints": setpoints},
+        {
+            "fit": fit_row,
+            "plans": plans,
+            "flights": flights,
+            "black_box_over_identified": ratio,
+            "fast": fast,
+            "setpoints": setpoints,
+        },
     )
     return fit_row, plans, flights
 

@@ -278,6 +278,47 @@ def _min_jerk(a, b, s):
     return a + (b - a) * (s**3 * (10 - 15 * s + 6 * s * s))
 
 
+def black_box_quadrotor_problem(node, tracking_weight=1.0, horizon=16):
+    """:func:`run_quadrotor_loop`'s planning problem (crocoddyl's residuals and weights, the
+    target at the origin, thrusts in ``[0.1, 5]`` N, 0.03-s steps, ``horizon`` nodes) on a
+    black box's flat state ``z = (vec R, x, ω, v)`` (18; a trained
+    :class:`~geomjax.learn.NeuralODE` with four thrust inputs), stepped by
+    :class:`~geomjax.learn.NeuralODEStep`.  The residuals are those of
+    :func:`~geomjax.control.examples.quadrotor_problem` with the pose's logarithm replaced by
+    ``(vee(skew R), x)``: equal to first order at the target, and defined for the black box's
+    matrices, which leave SO(3)."""
+    import jax.numpy as jnp
+
+    from geomjax.control import OptimalControlProblem, ResidualCost
+    from geomjax.control.examples import QUADROTOR
+    from geomjax.learn import NeuralODEStep
+
+    def pose(z):
+        R = z[:9].reshape(3, 3)
+        a = 0.5 * jnp.stack([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+        return jnp.concatenate([a, z[9:12]])
+
+    def stage(t, z, u):
+        p = pose(z)
+        return jnp.concatenate([p, z[12:], u, p])
+
+    w = jnp.asarray([1e-3] * 3 + [1e-7] * 3 + [1e-3] * 6 + [1e-6] * 4 + [1.0] * 6)
+    w = w.at[-6:].multiply(tracking_weight)
+    z0 = jnp.concatenate([jnp.eye(3).ravel(), jnp.zeros(9)])
+    return OptimalControlProblem(
+        node,
+        NeuralODEStep(),
+        z0,
+        QUADROTOR["dt"],
+        horizon,
+        ResidualCost(stage, w),
+        ResidualCost(pose, jnp.asarray(3.0), terminal=True),
+        control_dim=4,
+        lower=jnp.full(4, QUADROTOR["thrust_min"]),
+        upper=jnp.full(4, QUADROTOR["thrust_max"]),
+    )
+
+
 def run_quadrotor_loop(
     waypoints=((2.0, 1.0, 1.5), (0.0, 0.0, 0.0)),
     seconds_per_leg=4.0,
@@ -288,6 +329,7 @@ def run_quadrotor_loop(
     mass_scale=1.1,
     breakdown=True,
     model=None,
+    black_box=None,
 ):
     """Fly MuJoCo's quadrotor (:func:`quadrotor_mjcf`, ``mass_scale`` × crocoddyl's mass: the
     plant 10 % heavier than the model by default) from rest at the origin through ``waypoints``
@@ -314,7 +356,10 @@ def run_quadrotor_loop(
     ``model``: the model the controller plans with instead of crocoddyl's — anything with
     ``mass``, ``inertia`` ``(3, 3)``, ``system()`` and ``actuation()`` (e.g. an identified
     :class:`geomjax.learn.problems.QuadrotorModel`); MuJoCo's body stays ``mass_scale`` ×
-    crocoddyl's."""
+    crocoddyl's.  ``black_box``: a trained :class:`~geomjax.learn.NeuralODE` on
+    ``z = (vec R, x, ω, v)`` planned on instead (:func:`black_box_quadrotor_problem`; each tick
+    hands it ``(vec R, x − w, ξ)`` read from MuJoCo).  A tick whose plan is not finite applies
+    the nominal hover thrusts and counts in ``nonfinite_ticks``."""
     import jax
     import jax.numpy as jnp
     import mujoco
@@ -333,14 +378,17 @@ def run_quadrotor_loop(
         system, actuation = model.system(), model.actuation()
         m_model = float(model.mass)
         J = np.asarray(model.inertia, float)
-    problem = quadrotor_problem(
-        bounded=True,
-        target=(0.0, 0.0, 0.0),
-        tracking_weight=tracking_weight,
-        dtype=dtype,
-        system=system,
-        actuation=actuation,
-    )
+    if black_box is None:
+        problem = quadrotor_problem(
+            bounded=True,
+            target=(0.0, 0.0, 0.0),
+            tracking_weight=tracking_weight,
+            dtype=dtype,
+            system=system,
+            actuation=actuation,
+        )
+    else:
+        problem = black_box_quadrotor_problem(black_box, tracking_weight, horizon)
     m_plant = mass_scale * float(QUADROTOR["mass"])
     online = OnlineMPC(problem, MPC(ILQR(), max_iters=max_iters, horizon=horizon))
     n = horizon or int(problem.steps)
@@ -355,6 +403,7 @@ def run_quadrotor_loop(
     latencies, thrusts, positions, legs = [], [], [np.array(data.qpos[:3])], []
     poses, twists = [mujoco_pose(data)], [mujoco_twist(data)]
     health = []  # each tick's (status, stationarity), read back after the loop
+    nonfinite = 0
     first = None
     k = 0
     t_start = timer()
@@ -366,11 +415,17 @@ def run_quadrotor_loop(
             g = mujoco_pose(data)
             g[:3, 3] -= w  # relative to the waypoint: the model's target is the origin
             xi = mujoco_twist(data)
-            mu = np.concatenate([J @ xi[:3], m_model * xi[3:]])  # the model's momentum
-            # NumPy arrays go to the compiled step as they are (no jnp.asarray: ~0.1 ms saved)
-            x = gj.LieGroupState(g, mu)
+            if black_box is None:
+                mu = np.concatenate([J @ xi[:3], m_model * xi[3:]])  # the model's momentum
+                # NumPy arrays go to the compiled step as they are (no jnp.asarray: ~0.1 ms)
+                x = gj.LieGroupState(g, mu)
+            else:
+                x = np.concatenate([g[:3, :3].ravel(), g[:3, 3], xi])
             u, plan = online.step(plan, x, k * dt)
             u = np.asarray(jax.device_get(u))
+            if not np.all(np.isfinite(u)):
+                nonfinite += 1
+                u = np.full(4, hover)
             data.ctrl[:] = u
             t1 = t0.elapsed
             if first is None:
@@ -389,7 +444,7 @@ def run_quadrotor_loop(
         start = goal
     wall = t_start.elapsed
     parts = {}
-    if breakdown:  # after the loop: the parts of the last tick timed alone
+    if breakdown and black_box is None:  # after the loop: the last tick's parts timed alone
         g_now, mu_now = np.asarray(x.g), np.asarray(x.mu)
         parts = _tick_breakdown(
             online,
@@ -415,6 +470,7 @@ def run_quadrotor_loop(
         status=np.asarray([int(h[0]) for h in health]),
         stationarity=np.asarray([float(h[1]) for h in health]),
         mass=(m_model, m_plant),
+        nonfinite_ticks=nonfinite,
         poses=np.stack(poses),
         twists=np.stack(twists),
     )

@@ -11,14 +11,17 @@ multiple-shooting loss on the measured configurations and the same optimizer bud
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._internal.warn import renamed
+from ..integrators.base import AbstractMethod, StepStats
 
-__all__ = ["NeuralODE", "fit_neural_ode"]
+__all__ = ["NeuralODE", "NeuralODEStep", "fit_neural_ode"]
 
 
 class NeuralODE(eqx.Module):
@@ -42,23 +45,56 @@ class NeuralODE(eqx.Module):
     def vector_field(self, t, z, u):
         return self.mlp(jnp.concatenate([z, u]) if self.n_u else z)
 
-    def rollout(self, z0, dt, steps, save_every=1, controls=None, solver=None):
-        """States ``(steps/save_every + 1, n)`` of a fixed-step run (diffrax, ``Tsit5`` default);
-        ``controls`` ``(steps, n_u)`` held on each step."""
+    def step(self, z, u, dt, solver=None):
+        """One step ``z_k → z_{k+1}`` ``(n,)`` of length ``dt`` with the control ``u`` ``(n_u,)``
+        held (``None`` without controls): one step of the fixed-step explicit Runge–Kutta method
+        ``solver`` (diffrax, ``Tsit5`` default), as in training."""
         import diffrax
 
-        solver = diffrax.Tsit5() if solver is None else solver
+        # the stages in a bounded loop, differentiable in both modes (diffrax's default
+        # checkpointed loop is reverse-mode only; the planners' linearization is forward mode)
+        solver = diffrax.Tsit5(scan_kind="bounded") if solver is None else solver
+        u = jnp.zeros((self.n_u,), z.dtype) if u is None else u
+        term = diffrax.ODETerm(lambda t, y, a: self.vector_field(t, y, u))
+        # the solver's own step (what ``diffeqsolve`` takes once over ``[0, dt]``), not
+        # ``diffeqsolve``, whose adjoint is a custom VJP (reverse mode only)
+        t1 = jnp.asarray(dt, z.dtype)
+        state = solver.init(term, jnp.zeros_like(t1), t1, z, None)
+        return solver.step(term, jnp.zeros_like(t1), t1, z, None, state, made_jump=False)[0]
+
+    def rollout(self, z0, dt, steps, save_every=1, controls=None, solver=None):
+        """States ``(steps/save_every + 1, n)`` of a fixed-step run (:meth:`step`);
+        ``controls`` ``(steps, n_u)`` held on each step."""
         u = jnp.zeros((steps, self.n_u), z0.dtype) if controls is None else controls
 
         def one(z, uk):
-            term = diffrax.ODETerm(lambda t, y, a: self.vector_field(t, y, uk))
-            sol = diffrax.diffeqsolve(
-                term, solver, 0.0, dt, dt, z, saveat=diffrax.SaveAt(t1=True), max_steps=2
-            )
-            return sol.ys[-1], sol.ys[-1]
+            z = self.step(z, uk, dt, solver)
+            return z, z
 
         _, zs = jax.lax.scan(one, z0, u)
         return jnp.concatenate([z0[None], zs[save_every - 1 :: save_every]])
+
+
+class NeuralODEStep(AbstractMethod):
+    """The black box's own step as a geomjax method: ``step(node, z, dt, u)`` is
+    :meth:`NeuralODE.step`, so that an
+    :class:`~geomjax.control.OptimalControlProblem` (``system=node``, a flat state ``z``
+    ``(n,)``, controls ``(n_u,)``, the Euclidean chart) plans on a trained black box, and
+    :class:`~geomjax.control.OnlineMPC` flies with it, as with a structured model.
+
+    ``solver``: the diffrax solver it was trained with (``None``: ``Tsit5``)."""
+
+    solver: object = None
+    order: ClassVar[int] = 5  # Tsit5's; the order of ``solver`` where another is given
+
+    def control_shape(self, system):
+        return (system.n_u,)
+
+    def supports(self, system) -> bool:
+        return isinstance(system, NeuralODE)
+
+    def step(self, system, state, dt, control=None, t=0.0):
+        return system.step(state, control, dt, self.solver), StepStats.explicit(state.dtype)
 
 
 def fit_neural_ode(
