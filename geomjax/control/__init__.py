@@ -51,6 +51,7 @@ from .trajopt import (
     ResidualCost,
     StrictFDDP,
     WarmStart,
+    quasi_static_controls,
     solve_ocp,
 )
 
@@ -95,6 +96,7 @@ __all__ = [
     "optimize_restarts",
     "path_energy",
     "path_length",
+    "quasi_static_controls",
     "run_mpc",
     "solve_ocp",
     "solve_ocp_implicit",

@@ -59,7 +59,7 @@ from .line_search import ExpectedImprovement, Trial
 from .linearize import Linearization, NodeDerivatives
 from .problem import Actuated, OptimalControlProblem, ResidualCost
 from .solution import OCPSolution
-from .solve import solve_ocp
+from .solve import quasi_static_controls, solve_ocp
 from .solvers import (
     DDP,
     ILQR,
@@ -95,5 +95,6 @@ __all__ = [
     "Trial",
     "WarmStart",
     "box_qp",
+    "quasi_static_controls",
     "solve_ocp",
 ]

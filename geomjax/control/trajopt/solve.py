@@ -21,13 +21,47 @@ from .problem import Duals, OptimalControlProblem, zero_duals
 from .solution import NONFINITE, OCPSolution
 from .solvers import DDP, AbstractOCPSolver, with_defaults
 
-__all__ = ["solve_ocp"]
+__all__ = ["quasi_static_controls", "solve_ocp"]
+
+
+def quasi_static_controls(problem: OptimalControlProblem, state=None, iterations: int = 4):
+    """The controls that hold ``state`` (default ``problem.state0``) where it is: ``u*`` ``(m,)``
+    minimizing ``|f(x, u) ⊖ x|²``, the step's change of the state in the problem's chart, by
+    ``iterations`` Gauss–Newton steps from ``u = 0`` (one is exact when the step is affine in
+    ``u``, as a thrust map under an explicit method is), clipped to the bounds.  For a body at
+    rest under gravity, the hover thrusts (crocoddyl's ``quasiStatic``, its solvers' default
+    start); from a state in motion, the controls that change it least over one step.
+
+    ``solve_ocp(problem, solver, controls="quasi-static")`` starts from the rollout of these
+    controls at every node."""
+    sys, chart = problem.system, problem.chart
+    x = problem.state0 if state is None else state
+    t0 = jnp.zeros((), problem.dtype)
+
+    def residual(u):
+        return chart.minus(sys, problem.step(x, u, t0), x)
+
+    def gauss_newton(u, _):
+        r, J = residual(u), jax.jacfwd(residual)(u)
+        return (u - jnp.linalg.lstsq(J, r)[0]).astype(u.dtype), None
+
+    u0 = jnp.zeros((problem.control_dim,), problem.dtype)
+    u, _ = jax.lax.scan(gauss_newton, u0, None, length=iterations)
+    return jnp.clip(u, problem.lower, problem.upper)
 
 
 def _check_initial(problem, us, xs):
     m, N = problem.control_dim, problem.steps
     if us is None:
         us = jnp.zeros((N, m), problem.dtype)
+    elif isinstance(us, str):
+        if us != "quasi-static":
+            raise ValueError(
+                "solve_ocp: argument 'controls' must be an array (steps, control_dim) or "
+                f"'quasi-static', got {us!r}"
+            )
+        u = _quasi_static(problem)
+        us = jnp.broadcast_to(u, (N, m))
     us = jnp.asarray(us, problem.dtype)
     if us.shape != (N, m):
         raise ValueError(
@@ -105,6 +139,10 @@ def _prepare(problem):
     )
 
 
+# eagerly a small program of its own (its first call evaluated on the host); inlined under jit
+_quasi_static = quick_compiled(quasi_static_controls)
+
+
 @quick_compiled
 def _prepare_system(system):
     return system.prepared()
@@ -128,7 +166,9 @@ def solve_ocp(
 
     Arguments:
         controls: initial controls ``(steps, control_dim)`` (default zeros), clipped to the
-            bounds (``OCPSolution.controls`` of an earlier solve: a warm start).
+            bounds (``OCPSolution.controls`` of an earlier solve: a warm start); or
+            ``"quasi-static"``: :func:`quasi_static_controls` at every node (the controls that
+            hold the initial state, e.g. a quadrotor's hover thrusts: crocoddyl's default).
         states: initial states (leading axis ``steps + 1``): a multiple-shooting start (the gaps
             are closed by the forward passes); default: the rollout of ``controls``.
         duals: the multipliers and penalty an :class:`AugmentedLagrangian` solve starts from
