@@ -26,32 +26,24 @@ rebuilt from the final one.
 
 When to fall back to ``checkpoint=True``: in a chaotic run the backward reconstruction amplifies
 round-off like ``eps · exp(λ_max T)`` (the forward map's largest Lyapunov exponent), and the
-gradient's error follows the reconstruction error (measured, float64, ``bench_adjoint.py``:
-free body, T = 100: reconstruction 4e-13, gradient 5e-14 relative to plain reverse mode;
-chaotic heavy top, T = 10: 2e-13 / 5e-13, T = 100: 6e-8 / 8e-8; stop 25).  Once
-:func:`reconstruction_error` over the span between two saved states is no longer small compared
-to the accuracy you need from the gradient (e.g. > 1e-8 relative), save more often — a smaller
-``save_every`` re-anchors the reconstruction at each saved state (heavy top: the reconstruction
-error over 1000 steps is 2e-13, over 10^4 steps 6e-8; memory ``O(steps / save_every)``) — or use
-``checkpoint=True``.  (Against plain reverse mode the heavy top's gradient at T = 100 differs by
-3e-8 whatever the anchoring, re-measured at stop 25: the two compiled forward runs already differ
-there, the loss values by 8e-8, XLA's round-off amplified by the chaos; an earlier figure of
-1e-11 / 2e-13 with anchors every 1000 / 100 steps no longer reproduces.)  Dissipative
-constrained systems (the Chaplygin sleigh's velocity relaxes onto an attractor) are the same
-case: what contracts forwards expands backwards.  Unconverged
-implicit solves are not symmetric: check ``Solution.max_residual`` as always.
+gradient's error follows the reconstruction error.  Once :func:`reconstruction_error` over the
+span between two saved states is no longer small compared to the accuracy you need from the
+gradient (e.g. > 1e-8 relative), save more often — a smaller ``save_every`` re-anchors the
+reconstruction at each saved state (memory ``O(steps / save_every)``) — or use
+``checkpoint=True``.  Dissipative constrained systems (the Chaplygin sleigh's velocity relaxes
+onto an attractor) are the same case: what contracts forwards expands backwards.  Unconverged
+implicit solves are not symmetric: check ``Solution.max_residual`` as always.  The errors
+found for the free body and the heavy top are in the gradients guide ("How accurate the
+reversible adjoint is").
 
 Cost: per step, one reverse step, one forward step (the linearization point) and its VJP (or
 the method's hand-written backward step, below); no trajectory is written or read.  The
-forward step does not solve again: the reverse step's implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
-``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives ``ξ' = ξ_k``; NonholonomicVI's step velocity and
-its multipliers, exchanged), and the forward step replays them
-(:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton iterations, the implicit-
-function-theorem derivatives at the handed-over root).  Measured (2-core CPU, float64, XLA's
-default loop compilation, 1000 steps, gradient time over forward time, solving again → handing
-over): free body LGVI batch 1 5.4× → 4.7×, batch 256 4.2× → 3.6×; Chaplygin sleigh batch 1
-4.0× → 2.8×, batch 256 3.8× → 2.8×; ball on a turntable batch 1 3.4× → 2.4×, batch 256 2.9× →
-2.2×.
+forward step does not solve again: the reverse step's implicit solutions determine the forward
+step's (``method.forward_solutions``: the LGVI's ``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives
+``ξ' = ξ_k``; NonholonomicVI's step velocity and its multipliers, exchanged), and the forward
+step replays them (:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton
+iterations, the implicit-function-theorem derivatives at the handed-over root; what this saves
+is in the gradients guide).
 
 Hand-written backward step.  Where the method has one for the system and dtype
 (:meth:`~geomjax.integrators.base.GradientHooks.backward_step`), each backward step is the

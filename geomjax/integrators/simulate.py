@@ -710,8 +710,7 @@ def _control_chunk(blocks, save_every: int) -> int:
     µs/step for chunks of 4–16 steps, ≤ 384 bytes; 1.4 µs again from ~1 kB).  The steps and
     their arithmetic are unchanged (bitwise the same results).  (The ~1 kB is most likely XLA's
     default threshold for compiling a small loop into one kernel, which the opt-in setting of
-    :mod:`geomjax._internal.xla_flags` raises to 16 MiB; whether the chunking still pays with that
-    setting was not re-measured.)"""
+    :mod:`geomjax._internal.xla_flags` raises to 16 MiB.)"""
     if blocks is None:
         return 1
     per_step = sum(

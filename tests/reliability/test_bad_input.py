@@ -218,8 +218,8 @@ def test_triangle_inequality_warning():
 def test_systems_built_inside_jit_from_module_level_arrays():
     """A system built inside a jitted function from concrete arrays of the enclosing module
     (values known, but every operation on them is traced): the eager positivity checks read
-    the values with NumPy (before stop 25 they compared with jnp and raised
-    TracerBoolConversionError); the results equal the eager construction's."""
+    the values with NumPy (comparing them with jnp would raise TracerBoolConversionError);
+    the results equal the eager construction's."""
     import jax
 
     M, m, a, T = I123, jnp.array(1.3), jnp.array([0.0, 0.0, 0.4]), jnp.array(2.0)
