@@ -376,31 +376,10 @@ def _packed_carry(carry):
     Why: every carry entry the step writes is an output of the loop body, and XLA:CPU fuses each
     into its own kernel, re-evaluating the producers they share (the reverse step's solution, the
     adjoint solve) in each (``_Invariant``'s note).  A single fused output evaluates them once.
-    Measured (2-core CPU, float64, free body LGVI, 1000 steps, gradient time over forward time):
-    batch 1024, states 3.49× → 3.12×, states and inertia 4.96× → 3.29×; batch 1 2.52× → 1.98×
-    and 3.43× → 2.09×.  :class:`~geomjax.RigidBodySplitting` (27–32 entries): batch 1024 7.8× →
-    6.2× and 15.0× → 7.2×; batch 1 4.4× → 2.7× and 7.1× → 2.9×; batch 256 unchanged (6.0×).
-    A composition packs the carry of its stage loop (the base method's opt-in), batch 1024,
-    ``"suzuki4"``, 300 steps: LGVI 3.45× → 3.15×, with the inertia 4.94× → 4.29× (→ 3.52× with
-    one residual set for all stages, ``dt_known=False``); splitting 7.5× → 6.1× and 13.4× →
-    9.6× (→ 6.9×).  Not applied where it was measured slower: in float32
-    (batch 1024: 4.3× → 5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh, 35
-    entries, batch 256: 2.6× → 4.4×), hence the method's opt-in (``packs_reverse_carry``).
-
-    Tried and not adopted: the batch-last layout of the forward run (the backward pass traced
-    within ``_so3_soa.batch_last_carry`` under ``vmap``, so the carry is a tuple of contiguous
-    ``(batch,)`` vectors).  Under ``vmap`` the packed carry is a row-major ``(batch, 27)`` array,
-    written row by row by the one fused kernel above, while a tuple carry lets every kernel run
-    along contiguous batch vectors.  But without the packing every carry entry is again its own
-    kernel, and they recompute the shared producers (operations in the loop body's fused
-    kernels: 3022 against 1523 packed), so the time is the same.  Measured: free body LGVI,
-    float64, batch 1024, 500 steps, gradient over forward CPU time, interleaved in one run,
-    load 2.5–5.5 on the 2-core machine, equal to noise (±0.15×): packed 2.9–3.3×, batch-last
-    packed 2.9–3.1×, batch-last tuple 3.1–3.3×.  Making XLA:CPU compute the shared values once
-    (it removes ``optimization_barrier``; a division by a runtime 1 ends a fusion) cut the
-    tuple form to 2400–2600 operations but added kernels, and with them memory traffic:
-    3.0–3.5×.  XLA:CPU's multi-output fusion (backend option
-    ``xla_cpu_use_multi_output_fusion``) made the tuple form 2× slower."""
+    Where it was found slower (float32; :class:`~geomjax.NonholonomicVI`'s 35 entries) it is not
+    applied, hence the method's opt-in (``packs_reverse_carry``).  The figures and the forms
+    tried and not adopted are in the documentation's architecture page ("The reversible
+    adjoint's backward step")."""
     leaves, treedef = jax.tree_util.tree_flatten(carry)
     if not leaves or len({jnp.result_type(a) for a in leaves}) != 1:
         return None

@@ -115,15 +115,9 @@ class _WithTorque(eqx.Module):
     ``M_k``: carried, the potential's gradient is evaluated once per step instead of twice, and
     plain reverse mode differentiates it once.  Only where the torque comes from autodiff
     (``closed_form_potential_force()`` is None): a closed form is cheaper to evaluate again.
-    Measured (float64, batch 1, CPU time, interleaved in one run, 2-core CPU), carried against
-    evaluated twice: a network potential (``geomjax.learn.NeuralPotential``, width 32, depth 2,
-    2000 steps) forward 756 against 1424 ns per step, plain reverse mode 1317 against 2640 ns,
-    ``ReversibleAdjoint`` 3549 against 4408 ns; the heavy top's potential written as a function
-    (1e4 steps) plain reverse mode 274 against 353 ns, forward equal (72 ns); with the closed
-    form, carried against not: equal (259 against 248 ns, plain reverse), at batch 1024 97
-    against 91 ns.  In the same layout as the state (:func:`soa.join`'s ``tail``): written as a
-    second output of the step, the torque was computed twice by XLA:CPU (once per output
-    fusion) and the forward run got slower (85 against 72 ns)."""
+    In the same layout as the state (:func:`soa.join`'s ``tail``): as a second output of the
+    step XLA:CPU would compute the torque once per output fusion.  (Figures: the architecture
+    page, "Measured design choices".)"""
 
     carry: object
 
