@@ -54,16 +54,8 @@ The measured cost of the default, case by case, is in the documentation's Archit
 (*Process settings*), from ``benchmarks/bench_import_order.py``.
 
 Results with and without the setting agree to round-off, not bitwise (LLVM compiles one kernel
-instead of several: 5e-15 after 300 steps of the ball on a turntable).  Earlier measurements
-with ``benchmarks/bench_xla_loops.py`` (2-core x86-64 CPU, float64, ns per body-step, XLA's
-default → 16 MiB, two child processes alternated):
-
-* ``NonholonomicVI``, Chaplygin sleigh: batch 1: 430 → 134; batch 1024: 83 → 51;
-* ``NonholonomicVI``, ball on a turntable: batch 1: 5340 → 464; batch 1024: 573 → 368;
-* the reduced-ODE RK4 in a bare ``lax.scan``: ball, batch 1: 366 → 81 (the other loops of the
-  process are affected too, geomjax's or not);
-* ``LGVI`` free body (SO(3) kernel): batch 1: 265 → 113; batch 1024: 46 → 32; its
-  ``ReversibleAdjoint`` gradient, batch 1: 1990 → 328.
+instead of several: 5e-15 after 300 steps of the ball on a turntable).  (Figures with and
+without it: the documentation's architecture page, "Measured design choices".)
 
 Why not unlimited: a loop whose iterations touch more memory than the caches hold gains
 nothing from one kernel and loses the runtime's parallel dispatch (batch 16384: sleigh 56 → 76
@@ -76,7 +68,7 @@ per-``jit`` ``compiler_options`` (which rejects this map-valued option) applies 
 the per-program route below adds it to the serialized compile options instead.  So a
 process-wide opt-in that comes after JAX's first computation changes nothing and warns
 (:data:`LATE_IMPORT_WARNING`, attributed to the user's line) with the fix.  The option belongs
-to the CPU backend (not tried on an accelerator: none was available).
+to the CPU backend (not tried on an accelerator).
 """
 
 from __future__ import annotations
