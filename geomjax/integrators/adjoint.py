@@ -538,8 +538,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     u_shape = None if ublocks is None else jax.tree_util.tree_map(lambda a: a[0, 0], ublocks)
     t_shape = jnp.zeros((), dtype)
     # the forward step's solutions from the reverse step, handed to the forward linearization
-    # (no second Newton solve per backward step; LGVI free body, batch 1024: 5.5x -> 2.7x the
-    # forward run with the scalar replay of the SO(3) kernel, measured; module docstring)
+    # (no second Newton solve per backward step: the module docstring; its cost: the gradients
+    # guide and the architecture page)
     sol_shapes = jax.eval_shape(
         lambda x1, t1, u: _reverse(static, params, x1, t1, dt, u, handover=True)[1],
         x_shape,

@@ -437,13 +437,9 @@ class LGVI(GradientHooks, AbstractMethod):
         # gravity, update sizes of the reverse solve: h|xi| = 0.006: 3 chord iterations (1.6e-5,
         # 1.3e-13, 1.7e-16; Newton 2); 0.08: 4; 0.27: 7 (Newton 3).  At most 2 newton_iters + 2,
         # which reach Newton's order e0^(2^newton_iters) from the same guess.  The reconstructed
-        # state equals Newton's to round-off.  Measured (2-core CPU, shared, float64, gradient
-        # time over the forward run, bench_gradient_cost.py --se3-only): batch 256, 100 steps,
-        # Newton -> chord 3.13x -> 2.92x (one run), 3.33x -> 2.96-3.06x (benchmark runs).  Not
-        # at batch 1: there XLA:CPU forms the hoisted Jacobian's elimination in ~30 small
-        # kernels that each re-evaluate Jacobian entries, and the result depends on incidental
-        # details of the program (5000 steps, the same code: 3.0-3.1x in one process, 3.5-3.8x
-        # with the loss defined in the script's __main__; Newton 3.0x in both).  Only where the
+        # state equals Newton's to round-off.  Under vmap only: at batch 1 XLA:CPU forms the
+        # hoisted Jacobian's elimination in ~30 small kernels that each re-evaluate Jacobian
+        # entries (figures: the architecture page, "Measured design choices").  Only where the
         # iterations are a rolled loop (CPU; unrolled, early_exit does not apply and all
         # iterations would run), and from dimension 6 (_SAVES_UNBATCHED_DIM; smaller groups,
         # whose Jacobian is cheaper, were not measured and keep Newton).
