@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .backward import BackwardPass, backward_pass, gauss_newton_model
 from .line_search import (
@@ -495,6 +496,41 @@ class AugmentedLagrangian(AbstractOCPSolver):
     penalty_max: float = 1e10
     handles_constraints: ClassVar[bool] = True
     warm_startable: ClassVar[bool] = True
+
+    def __check_init__(self):
+        if not isinstance(self.inner, AbstractDDPSolver):
+            raise ValueError(
+                "AugmentedLagrangian: argument 'inner' must be ILQR(), DDP(), StrictFDDP() or "
+                f"another AbstractDDPSolver, got {self.inner!r}"
+            )
+        if not (isinstance(self.inner_iters, int | np.integer) and self.inner_iters >= 1):
+            raise ValueError(
+                "AugmentedLagrangian: argument 'inner_iters' must be a positive int, got "
+                f"{self.inner_iters!r}"
+            )
+        # the float settings, where given as numbers (traced values are not checked)
+        given = {
+            k: v
+            for k in ("constraint_tol", "penalty_init", "penalty_factor", "penalty_max")
+            if isinstance(v := getattr(self, k), int | float | np.number)
+        }
+        for k in ("constraint_tol", "penalty_init"):
+            if k in given and not given[k] > 0:
+                raise ValueError(
+                    f"AugmentedLagrangian: argument '{k}' must be > 0, got {given[k]!r}"
+                )
+        if "penalty_factor" in given and not given["penalty_factor"] > 1:
+            raise ValueError(
+                "AugmentedLagrangian: argument 'penalty_factor' must be > 1, got "
+                f"{given['penalty_factor']!r}"
+            )
+        if {"penalty_init", "penalty_max"} <= set(given) and not (
+            given["penalty_max"] >= given["penalty_init"]
+        ):
+            raise ValueError(
+                "AugmentedLagrangian: argument 'penalty_max' must be >= penalty_init "
+                f"({given['penalty_init']!r}), got {given['penalty_max']!r}"
+            )
 
     def init(self, problem, xs, us, feasible, max_iters: int, duals=None):
         """Also: ``duals``, the multipliers and penalty to start from (default: zero
