@@ -374,12 +374,9 @@ def small_loops_traced() -> bool:
 # ("YNN fusions").  In a solver's iteration these are products of ~6×9 matrices and short vectors:
 # each library call is a kernel of its own inside a loop that is otherwise one kernel, and costs
 # more than its arithmetic.  Without them (``xla_cpu_experimental_ynn_fusion_type`` empty) XLA
-# emits the products into the loop's kernel: measured on a 2-core x86-64 CPU (float64, one
-# process, shared machine): the 40-node attitude problem's backward pass 158 → 89 µs; iLQR per
-# iteration 0.27 → 0.094 ms (attitude) and 0.50 → 0.24 ms (quadrotor), DDP 1.75 → 0.62 and
-# 1.63 → 0.85 ms; compilation 1.4–2.2× longer (idle snapshot: iLQR 1.4–1.6×, DDP 2.0–2.2×).  For large batched
-# products the library is faster (a width-64 network potential's gradient over a batch of 256:
-# 268 ms with it, 416 ms without), so this is not a process setting: only programs whose
+# emits the products into the loop's kernel: faster iterations, longer compilation.  For large
+# batched products the library is faster (figures for both: the architecture page, "Measured
+# design choices"), so this is not a process setting: only programs whose
 # products are small and run many times ask for it (model predictive control, and
 # ``solve_ocp(..., fast_iterations=True)``).
 
