@@ -329,9 +329,7 @@ def forward_jacobian(f, x):
     The same arithmetic as ``jax.jacfwd``, which instead vmaps the JVP over the ``k`` tangents:
     under an outer ``jax.vmap`` (a batch of simulations) that nests two batch axes, and XLA's CPU
     layouts for the ``(batch, k, …)`` tangents with their transposes cost several times the
-    function itself.  Measured on the nonholonomic step (sleigh, k = 3; ball on a turntable,
-    k = 5) at batch 256: 4× and 2.7× faster per step than ``jax.jacfwd``; at batch 1 within
-    the noise (``benchmarks/bench_nonholonomic.py --speed``)."""
+    function itself (figures: the architecture page, "Measured design choices")."""
     lin = jax.linearize(f, x)[1]
     eye = jnp.eye(x.shape[-1], dtype=x.dtype)
     return jnp.stack([lin(eye[i]) for i in range(x.shape[-1])], -1)
@@ -377,10 +375,8 @@ def stack_scalars(values):
     (:func:`select_stack`) with the derivatives of a stack (a custom JVP: the tangents are
     stacked, so reverse mode transposes a slice, not a select per entry).
 
-    Measured on the Cayley LGVI (free body, batch-last kernel of ``bench_rigid_body.py
-    --throughput`` for reference): one body 321 → 216 ns per step; batch 1024, float64
-    69.5 → 58.9 ns per body-step, float32 86 → 58 ns; the splitting 55 → 35 ns.  Under
-    :func:`plain_stacks` a plain ``jnp.stack``."""
+    Under :func:`plain_stacks` a plain ``jnp.stack``.  (Figures: the architecture page,
+    "Measured design choices".)"""
     values = tuple(values)
     if _PLAIN_STACKS[-1]:
         return jnp.stack(jnp.broadcast_arrays(*values), -1)

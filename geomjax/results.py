@@ -32,7 +32,10 @@ Which routine reports which:
 * :class:`~geomjax.learn.FitResult` (``fit_parameters``) and :class:`~geomjax.learn.ModelFit`
   (``fit_model``): 0, 1, 3 or 6 (``fit_parameters``' Jacobian rank-deficient); their
   ``message`` says what happened in a sentence and their ``check()`` raises
-  :class:`~geomjax.learn.FitError`, a :class:`ConvergenceError`.
+  :class:`~geomjax.learn.FitError`, a :class:`ConvergenceError`;
+* :class:`~geomjax.learn.NeuralODEFit` (``fit_neural_ode``, the black-box baseline with a fixed
+  budget of Adam steps): 1 (the budget ran, its normal end) or 3; ``check()`` raises
+  :class:`~geomjax.learn.FitError` for 3.
 
 A batch of solves (``vmap``) reports one status per member; its one-word summary
 (``stop_reason``) is the *worst* member's, by :data:`SEVERITY` (a non-finite member outranks one

@@ -565,3 +565,24 @@ def test_project_names_no_issue_and_no_outside_path():
         if m and p != Path(__file__)
     ]
     assert not bad, bad
+
+
+def test_sources_describe_behaviour_not_their_history():
+    """Docstrings, comments and pages state the equation, the paper and the behaviour, and
+    figures with their machine and setting: never the project's own process history (a
+    numbered work round, "re-measured", a working session)."""
+    root = DOCS.parent
+    files = [root / "README.md", *DOCS.rglob("*.md")]
+    for folder in ("geomjax", "tests", "benchmarks", "notebooks"):
+        files += [p for p in (root / folder).rglob("*") if p.suffix in {".py", ".ipynb", ".md"}]
+    pattern = re.compile(
+        # assembled from parts so that this file does not match itself
+        "|".join([r"\b[Ss]top" + r" \d+\b", r"\b[Rr]e-" + "measured", r"\bthis " + "session\b"])
+    )
+    bad = [
+        f"{p.relative_to(root)}: {m.group()}"
+        for p in files
+        for m in [pattern.search(p.read_text())]
+        if m and p != Path(__file__)
+    ]
+    assert not bad, bad

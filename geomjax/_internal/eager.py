@@ -16,10 +16,10 @@ jaxpr (:mod:`geomjax._internal.host_eval`), which costs the trace (10–70 ms) i
 generation (0.1–0.3 s); a later call compiles it, and from then on it dispatches in microseconds.
 
 **Quick compiles.**  Compiled, such a program's run time is the dispatch either way, so XLA's
-backend optimizations and its MLIR fusion emitters only cost compile time: measured on a 2-core
-x86-64 CPU (CPU time of the compile, float64), ``SE3.jac_right`` 0.54 s → 0.41 s with
-``xla_backend_optimization_level=0`` → 0.15 s with the legacy elemental emitters as well
-(``xla_cpu_use_fusion_emitters=False``).  Only such one-shot programs use these options: the
+backend optimizations and its MLIR fusion emitters only cost compile time
+(``xla_backend_optimization_level=0`` and the legacy elemental emitters,
+``xla_cpu_use_fusion_emitters=False``; figures: the architecture page, "Measured design
+choices").  Only such one-shot programs use these options: the
 time loops and solvers keep XLA's defaults.  Under an outer ``jit`` the function is inlined and
 the options do not apply."""
 

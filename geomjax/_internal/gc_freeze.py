@@ -13,10 +13,8 @@ objects never are anyway).
 ``geomjax.configure(gc_freeze=True)`` after your imports, or put ``GEOMJAX_GC_FREEZE=1`` in
 the environment (then ``import geomjax`` freezes at its end).  ``gc.unfreeze()`` undoes it.
 
-Measured (2-core x86-64 CPU, float64, fresh processes): the ball on a turntable's first jitted
-2000-step ``simulate`` traces and lowers in 0.58 s instead of 0.72 s (XLA's own compile, ~0.85
-s, is not Python); ``geomjax demo --fast`` 82 → 73 s.  The import-order benchmark
-(``benchmarks/bench_import_order.py``) reports the compile times with and without it.
+The import-order benchmark (``benchmarks/bench_import_order.py``) reports the compile times
+with and without it; figures: the architecture page, "Measured design choices".
 """
 
 from __future__ import annotations

@@ -54,16 +54,8 @@ The measured cost of the default, case by case, is in the documentation's Archit
 (*Process settings*), from ``benchmarks/bench_import_order.py``.
 
 Results with and without the setting agree to round-off, not bitwise (LLVM compiles one kernel
-instead of several: 5e-15 after 300 steps of the ball on a turntable).  Earlier measurements
-with ``benchmarks/bench_xla_loops.py`` (2-core x86-64 CPU, float64, ns per body-step, XLA's
-default → 16 MiB, two child processes alternated):
-
-* ``NonholonomicVI``, Chaplygin sleigh: batch 1: 430 → 134; batch 1024: 83 → 51;
-* ``NonholonomicVI``, ball on a turntable: batch 1: 5340 → 464; batch 1024: 573 → 368;
-* the reduced-ODE RK4 in a bare ``lax.scan``: ball, batch 1: 366 → 81 (the other loops of the
-  process are affected too, geomjax's or not);
-* ``LGVI`` free body (SO(3) kernel): batch 1: 265 → 113; batch 1024: 46 → 32; its
-  ``ReversibleAdjoint`` gradient, batch 1: 1990 → 328.
+instead of several: 5e-15 after 300 steps of the ball on a turntable).  (Figures with and
+without it: the documentation's architecture page, "Measured design choices".)
 
 Why not unlimited: a loop whose iterations touch more memory than the caches hold gains
 nothing from one kernel and loses the runtime's parallel dispatch (batch 16384: sleigh 56 → 76
@@ -76,7 +68,7 @@ per-``jit`` ``compiler_options`` (which rejects this map-valued option) applies 
 the per-program route below adds it to the serialized compile options instead.  So a
 process-wide opt-in that comes after JAX's first computation changes nothing and warns
 (:data:`LATE_IMPORT_WARNING`, attributed to the user's line) with the fix.  The option belongs
-to the CPU backend (not tried on an accelerator: none was available).
+to the CPU backend (not tried on an accelerator).
 """
 
 from __future__ import annotations
@@ -382,12 +374,9 @@ def small_loops_traced() -> bool:
 # ("YNN fusions").  In a solver's iteration these are products of ~6×9 matrices and short vectors:
 # each library call is a kernel of its own inside a loop that is otherwise one kernel, and costs
 # more than its arithmetic.  Without them (``xla_cpu_experimental_ynn_fusion_type`` empty) XLA
-# emits the products into the loop's kernel: measured on a 2-core x86-64 CPU (float64, one
-# process, shared machine): the 40-node attitude problem's backward pass 158 → 89 µs; iLQR per
-# iteration 0.27 → 0.094 ms (attitude) and 0.50 → 0.24 ms (quadrotor), DDP 1.75 → 0.62 and
-# 1.63 → 0.85 ms; compilation 1.4–2.2× longer (idle snapshot: iLQR 1.4–1.6×, DDP 2.0–2.2×).  For large batched
-# products the library is faster (a width-64 network potential's gradient over a batch of 256:
-# 268 ms with it, 416 ms without), so this is not a process setting: only programs whose
+# emits the products into the loop's kernel: faster iterations, longer compilation.  For large
+# batched products the library is faster (figures for both: the architecture page, "Measured
+# design choices"), so this is not a process setting: only programs whose
 # products are small and run many times ask for it (model predictive control, and
 # ``solve_ocp(..., fast_iterations=True)``).
 

@@ -62,7 +62,9 @@ class MPC(eqx.Module):
               terminal equality/inequality constraints (an obstacle, an altitude floor, a speed
               limit), kept in closed loop; warm-started from the last plan's controls, its
               multipliers (the path ones shifted by one node with the controls) and its penalty
-              (Howell, Jackson & Manchester, *ALTRO*, IROS 2019, §III).  ``max_iters`` counts
+              (Howell, Jackson & Manchester, *ALTRO*, IROS 2019, §III), or from zero
+              multipliers and ``penalty_init`` once a plan has no active constraint
+              (:meth:`~geomjax.control.trajopt.AugmentedLagrangian.warm_start_from`).  ``max_iters`` counts
               its outer iterations, each an inner solve of at most ``inner_iters``; a tick that
               stops at that cap with its constraints met to ``constraint_tol`` is status 1
               ``"max_iters"``, one that leaves them violated status 4
@@ -162,8 +164,10 @@ class MPCResult(eqx.Module):
             ``inf`` when no iteration ran or a value was not finite (the status says why).
             For an augmented-Lagrangian solve: of the last inner iteration, on the augmented
             cost it minimized.
-        duals: the multipliers and penalty of the last solve, shifted one node (the rest of
-            the warm start, with ``plan``, of an augmented-Lagrangian solver), or None.
+        duals: the multipliers and penalty the next solve would start from (the last
+            solve's, the path multipliers shifted one node; zero and ``penalty_init`` once its
+            plan has no active constraint): the rest of the warm start, with ``plan``, of an
+            augmented-Lagrangian solver, or None.
 
     Derived (arrays: they work under ``jit``/``vmap``): :attr:`converged`, :attr:`failed`,
     :attr:`stalled` (a capped solve far from stationary), :attr:`diverging` (the closed loop

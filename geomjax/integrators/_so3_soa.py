@@ -40,11 +40,9 @@ def batch_last_carry(on: bool = True):
     docstring) instead of one vector.  :func:`geomjax.simulate` traces its loop this way when
     it is vmapped.
 
-    Measured (free body, batch 1024, dt 0.01, 2-core CPU, CPU time against the batch-last
-    kernel of ``benchmarks/bench_rigid_body.py --throughput``, one run): float32 LGVI with
-    ``reorthonormalize=False`` 0.38× → 1.0× (the ``(batch, 15)`` carry read with stride 15 and
-    written by selects kept XLA:CPU from vectorizing the step over the batch); float64 unchanged
-    (0.9–1.0×).  At batch 1 the tuple was 25 % slower (one kernel per entry)."""
+    (A ``(batch, 15)`` carry read with stride 15 and written by selects keeps XLA:CPU from
+    vectorizing the step over the batch; figures: the architecture page, "Measured design
+    choices".)"""
     _BATCH_LAST.append(bool(on))
     try:
         yield
@@ -609,12 +607,9 @@ def potential_force(system, R):
     """``−dV`` for rotation entries ``R`` (9 scalars): the potential's closed form where it has one
     (``system.closed_form_potential_force()``), else ``−vee(R^T ∇V − ∇V^T R)`` written out,
     with ``∇V`` the Euclidean gradient of the potential at the matrix ``R``; either evaluated
-    scalar by scalar (:func:`_on_scalars`).  Measured (heavy top, LGVI, batch 1, 1e4 steps,
-    float64, CPU time, interleaved in one run, 2-core CPU): the closed form scalar by scalar
-    against the autodiff route, plain reverse mode 248 against 360 ns per step (3.6x against
-    4.9x the forward run), ``ReversibleAdjoint`` 161 against 186 ns; the same closed form on
-    the stacked matrix (``jnp.cross`` on ``R[2, :]``) took 285 and 234 ns: the reverse pass's
-    transposed slices (pads) cost more than the arithmetic."""
+    scalar by scalar (:func:`_on_scalars`): on the stacked matrix the reverse pass's transposed
+    slices (pads) cost more than the arithmetic (figures: the architecture page, "Measured
+    design choices")."""
     closed = system.closed_form_potential_force()
     if closed is not None:  # the potential's own -dV (geomjax.systems.potentials), in R's dtype
         return tuple(m.astype(R[0].dtype) for m in _on_scalars(closed, R))

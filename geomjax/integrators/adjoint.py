@@ -26,32 +26,24 @@ rebuilt from the final one.
 
 When to fall back to ``checkpoint=True``: in a chaotic run the backward reconstruction amplifies
 round-off like ``eps · exp(λ_max T)`` (the forward map's largest Lyapunov exponent), and the
-gradient's error follows the reconstruction error (measured, float64, ``bench_adjoint.py``:
-free body, T = 100: reconstruction 4e-13, gradient 5e-14 relative to plain reverse mode;
-chaotic heavy top, T = 10: 2e-13 / 5e-13, T = 100: 6e-8 / 8e-8; stop 25).  Once
-:func:`reconstruction_error` over the span between two saved states is no longer small compared
-to the accuracy you need from the gradient (e.g. > 1e-8 relative), save more often — a smaller
-``save_every`` re-anchors the reconstruction at each saved state (heavy top: the reconstruction
-error over 1000 steps is 2e-13, over 10^4 steps 6e-8; memory ``O(steps / save_every)``) — or use
-``checkpoint=True``.  (Against plain reverse mode the heavy top's gradient at T = 100 differs by
-3e-8 whatever the anchoring, re-measured at stop 25: the two compiled forward runs already differ
-there, the loss values by 8e-8, XLA's round-off amplified by the chaos; an earlier figure of
-1e-11 / 2e-13 with anchors every 1000 / 100 steps no longer reproduces.)  Dissipative
-constrained systems (the Chaplygin sleigh's velocity relaxes onto an attractor) are the same
-case: what contracts forwards expands backwards.  Unconverged
-implicit solves are not symmetric: check ``Solution.max_residual`` as always.
+gradient's error follows the reconstruction error.  Once :func:`reconstruction_error` over the
+span between two saved states is no longer small compared to the accuracy you need from the
+gradient (e.g. > 1e-8 relative), save more often — a smaller ``save_every`` re-anchors the
+reconstruction at each saved state (memory ``O(steps / save_every)``) — or use
+``checkpoint=True``.  Dissipative constrained systems (the Chaplygin sleigh's velocity relaxes
+onto an attractor) are the same case: what contracts forwards expands backwards.  Unconverged
+implicit solves are not symmetric: check ``Solution.max_residual`` as always.  The errors
+found for the free body and the heavy top are in the gradients guide ("How accurate the
+reversible adjoint is").
 
 Cost: per step, one reverse step, one forward step (the linearization point) and its VJP (or
 the method's hand-written backward step, below); no trajectory is written or read.  The
-forward step does not solve again: the reverse step's implicit solutions determine the forward step's (``method.forward_solutions``: the LGVI's
-``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives ``ξ' = ξ_k``; NonholonomicVI's step velocity and
-its multipliers, exchanged), and the forward step replays them
-(:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton iterations, the implicit-
-function-theorem derivatives at the handed-over root).  Measured (2-core CPU, float64, XLA's
-default loop compilation, 1000 steps, gradient time over forward time, solving again → handing
-over): free body LGVI batch 1 5.4× → 4.7×, batch 256 4.2× → 3.6×; Chaplygin sleigh batch 1
-4.0× → 2.8×, batch 256 3.8× → 2.8×; ball on a turntable batch 1 3.4× → 2.4×, batch 256 2.9× →
-2.2×.
+forward step does not solve again: the reverse step's implicit solutions determine the forward
+step's (``method.forward_solutions``: the LGVI's ``ξ_k``, since ``cay(−h ξ') = f_k^{-1}`` gives
+``ξ' = ξ_k``; NonholonomicVI's step velocity and its multipliers, exchanged), and the forward
+step replays them (:func:`~geomjax.integrators.newton.replay_solutions`: zero Newton
+iterations, the implicit-function-theorem derivatives at the handed-over root; what this saves
+is in the gradients guide).
 
 Hand-written backward step.  Where the method has one for the system and dtype
 (:meth:`~geomjax.integrators.base.GradientHooks.backward_step`), each backward step is the
@@ -384,31 +376,10 @@ def _packed_carry(carry):
     Why: every carry entry the step writes is an output of the loop body, and XLA:CPU fuses each
     into its own kernel, re-evaluating the producers they share (the reverse step's solution, the
     adjoint solve) in each (``_Invariant``'s note).  A single fused output evaluates them once.
-    Measured (2-core CPU, float64, free body LGVI, 1000 steps, gradient time over forward time):
-    batch 1024, states 3.49× → 3.12×, states and inertia 4.96× → 3.29×; batch 1 2.52× → 1.98×
-    and 3.43× → 2.09×.  :class:`~geomjax.RigidBodySplitting` (27–32 entries): batch 1024 7.8× →
-    6.2× and 15.0× → 7.2×; batch 1 4.4× → 2.7× and 7.1× → 2.9×; batch 256 unchanged (6.0×).
-    A composition packs the carry of its stage loop (the base method's opt-in), batch 1024,
-    ``"suzuki4"``, 300 steps: LGVI 3.45× → 3.15×, with the inertia 4.94× → 4.29× (→ 3.52× with
-    one residual set for all stages, ``dt_known=False``); splitting 7.5× → 6.1× and 13.4× →
-    9.6× (→ 6.9×).  Not applied where it was measured slower: in float32
-    (batch 1024: 4.3× → 5.3×) and for :class:`~geomjax.NonholonomicVI` (Chaplygin sleigh, 35
-    entries, batch 256: 2.6× → 4.4×), hence the method's opt-in (``packs_reverse_carry``).
-
-    Tried and not adopted: the batch-last layout of the forward run (the backward pass traced
-    within ``_so3_soa.batch_last_carry`` under ``vmap``, so the carry is a tuple of contiguous
-    ``(batch,)`` vectors).  Under ``vmap`` the packed carry is a row-major ``(batch, 27)`` array,
-    written row by row by the one fused kernel above, while a tuple carry lets every kernel run
-    along contiguous batch vectors.  But without the packing every carry entry is again its own
-    kernel, and they recompute the shared producers (operations in the loop body's fused
-    kernels: 3022 against 1523 packed), so the time is the same.  Measured: free body LGVI,
-    float64, batch 1024, 500 steps, gradient over forward CPU time, interleaved in one run,
-    load 2.5–5.5 on the 2-core machine, equal to noise (±0.15×): packed 2.9–3.3×, batch-last
-    packed 2.9–3.1×, batch-last tuple 3.1–3.3×.  Making XLA:CPU compute the shared values once
-    (it removes ``optimization_barrier``; a division by a runtime 1 ends a fusion) cut the
-    tuple form to 2400–2600 operations but added kernels, and with them memory traffic:
-    3.0–3.5×.  XLA:CPU's multi-output fusion (backend option
-    ``xla_cpu_use_multi_output_fusion``) made the tuple form 2× slower."""
+    Where it was found slower (float32; :class:`~geomjax.NonholonomicVI`'s 35 entries) it is not
+    applied, hence the method's opt-in (``packs_reverse_carry``).  The figures and the forms
+    tried and not adopted are in the documentation's architecture page ("The reversible
+    adjoint's backward step")."""
     leaves, treedef = jax.tree_util.tree_flatten(carry)
     if not leaves or len({jnp.result_type(a) for a in leaves}) != 1:
         return None
@@ -567,8 +538,8 @@ def _bwd_traced(sol, ct_sol, perturbed, args, simulate, *, steps, save_every, to
     u_shape = None if ublocks is None else jax.tree_util.tree_map(lambda a: a[0, 0], ublocks)
     t_shape = jnp.zeros((), dtype)
     # the forward step's solutions from the reverse step, handed to the forward linearization
-    # (no second Newton solve per backward step; LGVI free body, batch 1024: 5.5x -> 2.7x the
-    # forward run with the scalar replay of the SO(3) kernel, measured; module docstring)
+    # (no second Newton solve per backward step: the module docstring; its cost: the gradients
+    # guide and the architecture page)
     sol_shapes = jax.eval_shape(
         lambda x1, t1, u: _reverse(static, params, x1, t1, dt, u, handover=True)[1],
         x_shape,

@@ -143,11 +143,8 @@ class _AbstractStages(GradientHooks, AbstractMethod):
         self.method.validate(system)
 
     def reverse_mode_saves(self, system, batched=False):
-        # the base method's names, kept for every stage (GradientHooks.reverse_mode_saves).
-        # Measured for Composition ("suzuki4", LGVI, gradient over forward time keeping every
-        # residual -> the stages' roots; 2-core CPU, shared, CPU time, one run): SE(3) with
-        # gravity, batch 256 8.8x -> 4.3x, batch 1 3.7x -> 3.2x; SO(3) free body / heavy top,
-        # batch 1024 12.9x -> 4.7x / 11.5x -> 5.0x
+        # the base method's names, kept for every stage (GradientHooks.reverse_mode_saves;
+        # figures: the architecture page, "Measured design choices")
         return gradient_hooks(self.method).reverse_mode_saves(system, batched=batched)
 
     def step(self, system, state, dt, control=None, t=0.0):

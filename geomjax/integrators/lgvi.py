@@ -115,15 +115,9 @@ class _WithTorque(eqx.Module):
     ``M_k``: carried, the potential's gradient is evaluated once per step instead of twice, and
     plain reverse mode differentiates it once.  Only where the torque comes from autodiff
     (``closed_form_potential_force()`` is None): a closed form is cheaper to evaluate again.
-    Measured (float64, batch 1, CPU time, interleaved in one run, 2-core CPU), carried against
-    evaluated twice: a network potential (``geomjax.learn.NeuralPotential``, width 32, depth 2,
-    2000 steps) forward 756 against 1424 ns per step, plain reverse mode 1317 against 2640 ns,
-    ``ReversibleAdjoint`` 3549 against 4408 ns; the heavy top's potential written as a function
-    (1e4 steps) plain reverse mode 274 against 353 ns, forward equal (72 ns); with the closed
-    form, carried against not: equal (259 against 248 ns, plain reverse), at batch 1024 97
-    against 91 ns.  In the same layout as the state (:func:`soa.join`'s ``tail``): written as a
-    second output of the step, the torque was computed twice by XLA:CPU (once per output
-    fusion) and the forward run got slower (85 against 72 ns)."""
+    In the same layout as the state (:func:`soa.join`'s ``tail``): as a second output of the
+    step XLA:CPU would compute the torque once per output fusion.  (Figures: the architecture
+    page, "Measured design choices".)"""
 
     carry: object
 
@@ -443,13 +437,9 @@ class LGVI(GradientHooks, AbstractMethod):
         # gravity, update sizes of the reverse solve: h|xi| = 0.006: 3 chord iterations (1.6e-5,
         # 1.3e-13, 1.7e-16; Newton 2); 0.08: 4; 0.27: 7 (Newton 3).  At most 2 newton_iters + 2,
         # which reach Newton's order e0^(2^newton_iters) from the same guess.  The reconstructed
-        # state equals Newton's to round-off.  Measured (2-core CPU, shared, float64, gradient
-        # time over the forward run, bench_gradient_cost.py --se3-only): batch 256, 100 steps,
-        # Newton -> chord 3.13x -> 2.92x (one run), 3.33x -> 2.96-3.06x (benchmark runs).  Not
-        # at batch 1: there XLA:CPU forms the hoisted Jacobian's elimination in ~30 small
-        # kernels that each re-evaluate Jacobian entries, and the result depends on incidental
-        # details of the program (5000 steps, the same code: 3.0-3.1x in one process, 3.5-3.8x
-        # with the loss defined in the script's __main__; Newton 3.0x in both).  Only where the
+        # state equals Newton's to round-off.  Under vmap only: at batch 1 XLA:CPU forms the
+        # hoisted Jacobian's elimination in ~30 small kernels that each re-evaluate Jacobian
+        # entries (figures: the architecture page, "Measured design choices").  Only where the
         # iterations are a rolled loop (CPU; unrolled, early_exit does not apply and all
         # iterations would run), and from dimension 6 (_SAVES_UNBATCHED_DIM; smaller groups,
         # whose Jacobian is cheaper, were not measured and keep Newton).

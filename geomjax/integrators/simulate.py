@@ -703,15 +703,13 @@ def _control_chunk(blocks, save_every: int) -> int:
     """Steps per inner chunk when a control array is scanned (1: no chunking).
 
     Why: on the CPU backend every fused kernel of a step that reads the step's control through a
-    dynamic slice of a large array (the whole block, ``(save_every, dim)``) costs ~0.4 µs more
-    than one reading a small array (measured with XLA 0.10, batch 1: a free-body LGVI step goes
-    from 0.33 to 1.5 µs with controls).  Scanning the block in chunks of a few steps slices one
-    small ``(chunk, dim)`` array per chunk and leaves the per-step slices small (measured 0.37
-    µs/step for chunks of 4–16 steps, ≤ 384 bytes; 1.4 µs again from ~1 kB).  The steps and
-    their arithmetic are unchanged (bitwise the same results).  (The ~1 kB is most likely XLA's
-    default threshold for compiling a small loop into one kernel, which the opt-in setting of
-    :mod:`geomjax._internal.xla_flags` raises to 16 MiB; whether the chunking still pays with that
-    setting was not re-measured.)"""
+    dynamic slice of a large array (the whole block, ``(save_every, dim)``) costs more than one
+    reading a small array.  Scanning the block in chunks of a few steps slices one small
+    ``(chunk, dim)`` array per chunk and leaves the per-step slices small (figures: the
+    architecture page, "Measured design choices").  The steps and their arithmetic are
+    unchanged (bitwise the same results).  (Chunks of ~1 kB and more lose the gain: most likely
+    XLA's default threshold for compiling a small loop into one kernel, which the opt-in setting
+    of :mod:`geomjax._internal.xla_flags` raises to 16 MiB.)"""
     if blocks is None:
         return 1
     per_step = sum(

@@ -211,9 +211,7 @@ class _VariationalMethod(AbstractMethod):
     scalarize: bool = eqx.field(static=True, default=True, kw_only=True)
     #: stop the Newton iterations once converged, after at most the given number
     #: (:func:`~geomjax.integrators.newton.newton_solve`'s ``early_exit``: the same results to
-    #: round-off, the same derivatives).  Measured (dt 0.01, 2-core CPU, float64, ns per
-    #: body-step unbatched / at batch 1024, fixed → early exit): the double pendulum's DEL
-    #: 373 → 327 / 377 → 311, the double spherical pendulum's RATTLE 582 → 553 / 366 → 356
+    #: round-off, the same derivatives, fewer iterations per step)
     early_exit: bool = eqx.field(static=True, default=True, kw_only=True)
 
     def supports(self, system) -> bool:

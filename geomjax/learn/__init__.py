@@ -15,7 +15,7 @@
 """
 
 from . import problems, reference
-from .baselines import NeuralODE, NeuralODEStep, fit_neural_ode
+from .baselines import NeuralODE, NeuralODEFit, NeuralODEStep, fit_neural_ode
 from .data import Recording
 from .identify import FitError, FitResult, fit_parameters, fitting_loss, select_leaves
 from .models import (
@@ -41,6 +41,7 @@ __all__ = [
     "NeuralInertia",
     "NeuralInputMap",
     "NeuralODE",
+    "NeuralODEFit",
     "NeuralODEStep",
     "NeuralPotential",
     "Recording",

@@ -11,6 +11,7 @@ multiple-shooting loss on the measured configurations and the same optimizer bud
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -20,8 +21,57 @@ import numpy as np
 
 from .._internal.warn import renamed
 from ..integrators.base import AbstractMethod, StepStats
+from ..results import Status
+from .identify import FitError
 
-__all__ = ["NeuralODE", "NeuralODEStep", "fit_neural_ode"]
+__all__ = ["NeuralODE", "NeuralODEFit", "NeuralODEStep", "fit_neural_ode"]
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuralODEFit:
+    """Result of :func:`fit_neural_ode`; unpacks as ``(model, z0, losses)``.
+
+    Attributes:
+        model: the trained :class:`NeuralODE`.
+        z0: the flattened state of the first sample (its configuration and learned velocity),
+            from which the model's rollout starts.
+        losses: ``(max_iters,)`` the loss before each Adam step (NumPy).
+        iterations: Adam steps run (``max_iters``: the baseline has no stopping test).
+        status: :class:`geomjax.results.Status`: ``MAX_ITERS`` (its fixed budget of steps ran,
+            the normal end) or ``NONFINITE`` (a loss was NaN or inf).
+        message: what happened, in a sentence.
+    """
+
+    model: object
+    z0: jax.Array
+    losses: np.ndarray
+    iterations: int
+    status: Status
+    message: str
+
+    @property
+    def stop_reason(self) -> str:
+        """The name of :attr:`status` (``"max_iters"`` or ``"nonfinite"``)."""
+        return Status(self.status).reason
+
+    def __iter__(self):
+        yield self.model
+        yield self.z0
+        yield self.losses
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return (self.model, self.z0, self.losses)[i]
+
+    def check(self) -> NeuralODEFit:
+        """Raise :class:`~geomjax.learn.FitError` (a :class:`geomjax.results.ConvergenceError`)
+        when the training broke down (a non-finite loss); a run of its whole budget is the
+        normal end of this baseline and passes.  Returns ``self``."""
+        if Status(self.status).failed:
+            raise FitError(f"fit_neural_ode: {self.message}")
+        return self
 
 
 class NeuralODE(eqx.Module):
@@ -116,8 +166,8 @@ def fit_neural_ode(
     samples whose initial velocities are learned (or taken from measured velocities ``W_obs``
     ``(N, n_vel)``, which then enter the loss with weight ``velocity_weight``), loss ``Σ |vec R_pred − vec R̂|²`` plus the
     continuity of the segments; ``max_iters`` Adam iterations (``steps=`` is a deprecated
-    alias: ``steps`` names time steps elsewhere).  Returns ``(model, z0 of the first sample,
-    losses)``."""
+    alias: ``steps`` names time steps elsewhere).  Returns a :class:`NeuralODEFit`, which
+    unpacks as ``(model, z0 of the first sample, losses)``."""
     import optax
 
     max_iters = renamed(max_iters, steps, "fit_neural_ode", "max_iters", "steps", 500)
@@ -180,4 +230,13 @@ def fit_neural_ode(
         losses[k] = float(val)
     m, v = params
     v0 = v[0] if W is None else W[0, 0]
-    return m, jnp.concatenate([Xs[0, 0], v0]), losses
+    finite = bool(np.all(np.isfinite(losses)))
+    status = Status.MAX_ITERS if finite else Status.NONFINITE
+    message = (
+        f"ran its {max_iters} Adam steps (no stopping test)"
+        + (f", final loss {losses[-1]:.6g}" if max_iters else "")
+        if finite
+        else f"{Status.NONFINITE.message} after {int(np.argmin(np.isfinite(losses)))} Adam "
+        "steps; lower the learning rate (optimizer=) or shorten segment_length"
+    )
+    return NeuralODEFit(m, jnp.concatenate([Xs[0, 0], v0]), losses, max_iters, status, message)

@@ -139,3 +139,52 @@ def test_learned_potential_on_se3():
     assert float(jnp.max(jnp.abs(E - E[0]))) < 1e-3 * (1.0 + abs(float(E[0])))
     p = jax.vmap(body.spatial_momentum)(sol.states)[:, 3:5]  # horizontal linear momentum
     assert float(jnp.max(jnp.abs(p - p[0]))) < 1e-10
+
+
+def test_neural_ode_baseline_without_steps_is_its_untrained_model():
+    """No Adam step (``max_iters=0``, nothing compiled): the result unpacks as the untrained
+    model, the first sample's state (its configuration, zero velocity) and no losses."""
+    from geomjax.learn import NeuralODE, NeuralODEFit, fit_neural_ode
+
+    R = np.stack([np.eye(3)] * 5)
+    model0 = NeuralODE(9, 3, jax.random.PRNGKey(3), width=4)
+    res = fit_neural_ode(model0, R, 0.1, segment_length=4, max_iters=0)
+    node, z0, losses = res
+    assert isinstance(res, NeuralODEFit) and node is model0 and len(losses) == 0
+    np.testing.assert_array_equal(np.asarray(z0), np.concatenate([np.eye(3).ravel(), np.zeros(3)]))
+    assert res.iterations == 0 and res.stop_reason == "max_iters" and res.check() is res
+
+
+@pytest.mark.long
+def test_neural_ode_baseline_returns_a_result_with_check():
+    """``fit_neural_ode`` returns a :class:`NeuralODEFit` that unpacks as ``(model, z0,
+    losses)``: the first loss is the multiple-shooting loss of the untrained model recomputed
+    from its own rollout (one segment, zero initial velocity, so no continuity term); a run of
+    its budget is status ``max_iters`` and passes ``check()``; a record with a NaN gives
+    ``nonfinite`` and ``check()`` raises :class:`FitError` naming the routine."""
+    from geomjax.learn import FitError, NeuralODE, NeuralODEFit, fit_neural_ode
+    from geomjax.results import ConvergenceError, Status
+
+    L, h = 4, 0.1
+    R = np.stack(
+        [np.asarray(gj.SO3.exp(jnp.array([0.1 * k, 0.0, 0.05 * k]))) for k in range(L + 1)]
+    )
+    model0 = NeuralODE(9, 3, jax.random.PRNGKey(3), width=4)
+    res = fit_neural_ode(model0, R, h, segment_length=L, max_iters=3)
+    assert isinstance(res, NeuralODEFit)
+    node, z0, losses = res
+    assert node is res.model and losses is res.losses and z0 is res.z0
+    assert res.iterations == 3 == len(losses) and res.status == Status.MAX_ITERS
+    assert res.stop_reason == "max_iters" and res.check() is res
+    X = R.reshape(L + 1, 9)
+    Z = model0.rollout(jnp.concatenate([jnp.asarray(X[0]), jnp.zeros(3)]), h, L)
+    np.testing.assert_allclose(losses[0], float(jnp.sum((Z[:, :9] - X) ** 2)), rtol=1e-10)
+    assert losses[-1] < losses[0]
+
+    bad = R.copy()
+    bad[2, 0, 0] = np.nan
+    res = fit_neural_ode(model0, bad, h, segment_length=L, max_iters=2)
+    assert res.status == Status.NONFINITE and res.stop_reason == "nonfinite"
+    with pytest.raises(FitError, match="fit_neural_ode: .*NaN") as info:
+        res.check()
+    assert isinstance(info.value, ConvergenceError)

@@ -218,8 +218,8 @@ def test_triangle_inequality_warning():
 def test_systems_built_inside_jit_from_module_level_arrays():
     """A system built inside a jitted function from concrete arrays of the enclosing module
     (values known, but every operation on them is traced): the eager positivity checks read
-    the values with NumPy (before stop 25 they compared with jnp and raised
-    TracerBoolConversionError); the results equal the eager construction's."""
+    the values with NumPy (comparing them with jnp would raise TracerBoolConversionError);
+    the results equal the eager construction's."""
     import jax
 
     M, m, a, T = I123, jnp.array(1.3), jnp.array([0.0, 0.0, 0.4]), jnp.array(2.0)
@@ -231,3 +231,23 @@ def test_systems_built_inside_jit_from_module_level_arrays():
     loop = gj.control.FourierLoop.circle(jnp.array([0.8, 0.0]), 0.3, modes=2)
     assert float(jax.jit(lambda: gj.control.Trajectory(loop, T).duration)()) == 2.0
     np.testing.assert_array_equal(jax.jit(lambda: SuslovProblem(M, a).a)(), a)
+
+
+def test_augmented_lagrangian_settings_name_the_argument():
+    """Each bad setting of the augmented Lagrangian is refused at construction, naming it; a
+    valid one (and the cap equal to the start: a fixed penalty) is accepted."""
+    from geomjax.control import ILQR, AugmentedLagrangian
+
+    for kw, arg in (
+        (dict(inner="ilqr"), "inner"),
+        (dict(inner_iters=0), "inner_iters"),
+        (dict(inner_iters=2.5), "inner_iters"),
+        (dict(constraint_tol=0.0), "constraint_tol"),
+        (dict(penalty_init=-1.0), "penalty_init"),
+        (dict(penalty_factor=1.0), "penalty_factor"),
+        (dict(penalty_init=100.0, penalty_max=10.0), "penalty_max"),
+    ):
+        with pytest.raises(ValueError, match=f"AugmentedLagrangian: argument '{arg}'"):
+            AugmentedLagrangian(**kw)
+    al = AugmentedLagrangian(inner=ILQR(), inner_iters=3, penalty_init=10.0, penalty_max=10.0)
+    assert al.penalty_max == al.penalty_init

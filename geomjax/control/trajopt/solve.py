@@ -113,11 +113,9 @@ def _solve_traced(problem, solver, us, xs, max_iters, monitor=False, duals=None)
 
 
 # An eager solve is a program of its own: compiled with XLA:CPU's legacy elemental emitters,
-# which compile it in about half the time with the same or faster iterations (2-core x86-64
-# CPU, float64: the quadrotor's iLQR 31 -> 17 s, 0.66 -> 0.72 ms/iteration; DDP 30 -> 17 s,
-# 2.7 -> 2.4 ms/iteration; the 40-node attitude iLQR 15 -> 8 s, 0.35 -> 0.34 ms/iteration,
-# measured under load, ratios in one run).  Under an outer jit/vmap the solve is inlined in the
-# caller's program and compiled with the caller's options.
+# which compile it in about half the time with iterations about as fast (figures: the
+# architecture page, "Measured design choices").  Under an outer jit/vmap the solve is inlined
+# in the caller's program and compiled with the caller's options.
 _solve = top_level_options(_solve_traced, LEGACY_EMITTERS, small_loops=True)
 # ``fast_iterations=True``: also without XLA:CPU's library fusions (the small products in the
 # loop's own kernel): iterations 2–3× faster, compilation 1.4–2.2× longer

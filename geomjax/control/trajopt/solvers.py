@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .backward import BackwardPass, backward_pass, gauss_newton_model
 from .line_search import (
@@ -481,8 +482,9 @@ class AugmentedLagrangian(AbstractOCPSolver):
     per tick, each of at most ``inner_iters``) a solve stopped at that cap with its violation
     ``≤ constraint_tol`` is status 1 ``"max_iters"`` (:meth:`tick_status`): a capped solve,
     normal there; one that leaves the constraints violated stays status 4, a failure.  Its warm
-    start carries the multipliers and the penalty from tick to tick (:meth:`warm_start_from`),
-    the path multipliers shifted one node with the controls (Howell, Jackson & Manchester,
+    start carries the multipliers and the penalty from tick to tick while a constraint is
+    active, and restarts them at zero and ``penalty_init`` once none is
+    (:meth:`warm_start_from`), the path multipliers shifted one node with the controls (Howell, Jackson & Manchester,
     *ALTRO*, IROS 2019, §III and its model-predictive-control section).
     """
 
@@ -494,6 +496,41 @@ class AugmentedLagrangian(AbstractOCPSolver):
     penalty_max: float = 1e10
     handles_constraints: ClassVar[bool] = True
     warm_startable: ClassVar[bool] = True
+
+    def __check_init__(self):
+        if not isinstance(self.inner, AbstractDDPSolver):
+            raise ValueError(
+                "AugmentedLagrangian: argument 'inner' must be ILQR(), DDP(), StrictFDDP() or "
+                f"another AbstractDDPSolver, got {self.inner!r}"
+            )
+        if not (isinstance(self.inner_iters, int | np.integer) and self.inner_iters >= 1):
+            raise ValueError(
+                "AugmentedLagrangian: argument 'inner_iters' must be a positive int, got "
+                f"{self.inner_iters!r}"
+            )
+        # the float settings, where given as numbers (traced values are not checked)
+        given = {
+            k: v
+            for k in ("constraint_tol", "penalty_init", "penalty_factor", "penalty_max")
+            if isinstance(v := getattr(self, k), int | float | np.number)
+        }
+        for k in ("constraint_tol", "penalty_init"):
+            if k in given and not given[k] > 0:
+                raise ValueError(
+                    f"AugmentedLagrangian: argument '{k}' must be > 0, got {given[k]!r}"
+                )
+        if "penalty_factor" in given and not given["penalty_factor"] > 1:
+            raise ValueError(
+                "AugmentedLagrangian: argument 'penalty_factor' must be > 1, got "
+                f"{given['penalty_factor']!r}"
+            )
+        if {"penalty_init", "penalty_max"} <= set(given) and not (
+            given["penalty_max"] >= given["penalty_init"]
+        ):
+            raise ValueError(
+                "AugmentedLagrangian: argument 'penalty_max' must be >= penalty_init "
+                f"({given['penalty_init']!r}), got {given['penalty_max']!r}"
+            )
 
     def init(self, problem, xs, us, feasible, max_iters: int, duals=None):
         """Also: ``duals``, the multipliers and penalty to start from (default: zero
@@ -515,8 +552,33 @@ class AugmentedLagrangian(AbstractOCPSolver):
         return WarmStart(controls, zero_duals(problem, self.penalty_init))
 
     def warm_start_from(self, problem, solution: OCPSolution) -> WarmStart:
-        """The controls, the multipliers and the penalty of the solution."""
-        return WarmStart(solution.controls, solution.duals)
+        """The controls, the multipliers and the penalty the next solve starts from: those of
+        the solution, except once its plan has no active constraint.
+
+        A plan that meets its constraints (violation ``≤ constraint_tol``) and whose
+        first-order multiplier estimates ``λ⁺ = λ + ρ c`` (``max(0, ·)`` for inequalities) are
+        all zero exerts no constraint force: the next solve starts from zero multipliers and
+        the penalty ``penalty_init``, as a cold start would.  A receding-horizon loop's penalty
+        therefore covers the constraint episode at hand (growing by ``penalty_factor`` while a
+        solve cannot meet its constraints, up to ``penalty_max``) and does not keep the largest
+        value any earlier episode needed.  While a constraint is active, the multipliers and
+        the penalty are carried unchanged."""
+        d = solution.duals
+        if d is None:
+            return WarmStart(solution.controls, d)
+        rho = d.penalty
+        cE, cI, tE, tI = _violations(problem, solution.states, solution.controls)
+        estimates = (
+            d.path_eq + rho * cE,
+            jnp.maximum(d.path_ineq + rho * cI, 0.0),
+            d.term_eq + rho * tE,
+            jnp.maximum(d.term_ineq + rho * tI, 0.0),
+        )
+        inactive = jnp.all(jnp.stack([jnp.all(e == 0) for e in estimates]))
+        reset = inactive & (solution.violation <= self.constraint_tol)
+        cold = zero_duals(problem, self.penalty_init)
+        duals = jax.tree_util.tree_map(lambda a, b: jnp.where(reset, a, b), cold, d)
+        return WarmStart(solution.controls, duals)
 
     def tick_status(self, problem, solution: OCPSolution):
         """Status 1 ``"max_iters"`` for a solve stopped at its outer cap with its violation
