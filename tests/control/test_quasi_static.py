@@ -11,10 +11,15 @@ from geomjax.control.examples import QUADROTOR, quadrotor_problem
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
-@pytest.mark.parametrize("method", [None, gj.LGVI()], ids=["semi-implicit Euler", "LGVI"])
+@pytest.mark.parametrize(
+    "method",
+    [None, pytest.param(gj.LGVI(), marks=pytest.mark.long)],
+    ids=["semi-implicit Euler", "LGVI"],
+)
 def test_a_quadrotor_at_rest_is_held_by_its_hover_thrust(method, dtype):
-    """Explicit (affine in the thrusts) and implicit steps alike: four equal thrusts carrying
-    the weight; for a body 20 % heavier, the heavier weight."""
+    """Explicit (affine in the thrusts) and implicit steps alike (the implicit LGVI compiles
+    for longer: long tier): four equal thrusts carrying the weight; for a body 20 % heavier,
+    the heavier weight."""
     for mass in (QUADROTOR["mass"], 1.2 * QUADROTOR["mass"]):
         prob = quadrotor_problem(method=method, dtype=dtype, mass=mass)
         u = quasi_static_controls(prob)
