@@ -122,32 +122,6 @@ def _log_from_quat(q):
     return jnp.where(small, series, exact)[..., None] * v
 
 
-def jr3_inv_apply(w, eta):
-    """``J_r^{-1}(w) η = η + w × η/2 + D w × (w × η)``, ``D = (1 − (θ/2)cot(θ/2))/θ²``
-    (``J_r^{-1}(w) = J_l^{-1}(−w)``), without forming the matrix."""
-    we = cross(w, eta)
-    D = half_cot_coeff(jnp.sum(w * w, -1))[..., None]
-    return eta + 0.5 * we + D * cross(w, we)
-
-
-@jax.custom_jvp
-def _log3(R):
-    return _log_from_quat(_quat_from_matrix(R))
-
-
-@_log3.defjvp
-def _log3_jvp(primals, tangents):
-    # along the group, dR = R hat(η): d log R = J_r^{-1}(log R) η (e.g. Solà, Deray & Atchuthan,
-    # "A micro Lie theory for state estimation in robotics", §4.3), in closed form instead of
-    # the derivative of the quaternion extraction's branches (a third of the program of a
-    # log-residual's Jacobian).  A general dR enters through the skew part of Rᵀ dR: the
-    # derivative of log(project(R)), the polar factor's derivative at a rotation.  The rule
-    # calls _log3 itself, so higher derivatives use it again.
-    (R,), (dR,) = primals, tangents
-    w = _log3(R)
-    return w, jr3_inv_apply(w, vee3(mm(mT(R), dR)))
-
-
 class SpecialOrthogonal3(LieGroup):
     """The rotation group SO(3).
 
@@ -191,14 +165,9 @@ class SpecialOrthogonal3(LieGroup):
         a matrix far from SO(3) still returns a plausible-looking rotation vector, e.g.
         ``log(2·I) = 0`` (the quaternion extraction only sees the rotation-like part).  Validate
         untrusted input with :meth:`check` (``SO3.log(SO3.check(g))``), or project it first with
-        :meth:`renormalize`.
-
-        Its derivative is in closed form: along the group, ``d log(R exp(tη))/dt = J_r^{-1}(log R)
-        η`` (:meth:`jac_right_inv`); a general perturbation ``dR`` enters through the skew part
-        of ``Rᵀ dR``, i.e. the derivative is that of ``log(project(R))``.  Higher derivatives
-        reuse the rule (finite at θ = 0 and up to θ = π, exclusive)."""
+        :meth:`renormalize`."""
         g = check_shape(g, (3, 3), "g", "SO3.log")
-        return _log3(g)
+        return _log_from_quat(_quat_from_matrix(g))
 
     def Ad(self, g):
         return check_shape(g, (3, 3), "g", "SO3.Ad")

@@ -1,6 +1,6 @@
-"""Derivatives of the SO(3) and SE(3) logarithms (a closed-form tangent, J_r^{-1}(log g) η for
-g exp(tη)) against finite differences: first and second order, forward and reverse mode, at
-random points and next to θ = 0 and θ = π, in float64 and float32."""
+"""Derivatives of the SO(3) and SE(3) logarithms along the group (``t ↦ log(g exp(tη))``)
+against finite differences: first and second order, forward and reverse mode, at random points
+and next to θ = 0 and θ = π, in float64 and float32."""
 
 import jax
 import jax.numpy as jnp
@@ -97,9 +97,9 @@ def test_log_derivatives_match_finite_differences(G, seed):
     """float64: the first derivative along ``g exp(tη)`` against central differences of the log
     (h = 1e-6: truncation ~1e-12, round-off ~1e-10); the second, and the Hessian of ``c · log``,
     against central differences of the first derivative and of the gradient (h = 1e-5:
-    truncation ~1e-10, round-off ~1e-11).  Measured ≤ 4.2e-10 relative to max(1, largest
+    truncation ~1e-10, round-off ~1e-11).  Measured ≤ 2.8e-10 relative to max(1, largest
     entry), at every point (θ = π − 1e-3 and 1e-7 included); asserted 1e-8.  The gradient
-    equals the transpose of the forward-mode Jacobian (reverse mode through the rule)."""
+    equals the transpose of the forward-mode Jacobian (reverse mode against forward mode)."""
     g = _points(G, seed)
     rng = np.random.default_rng(seed)
     eta = jnp.asarray(rng.standard_normal((len(g), G.dim)))
@@ -121,8 +121,8 @@ def test_log_derivatives_match_finite_differences(G, seed):
 
 @pytest.mark.parametrize("G", GROUPS, ids=lambda G: G.name)
 def test_log_derivatives_float32_match_float64(G):
-    """float32 against float64 at the same (float32) points: finite everywhere, measured ≤ 7.4e-7
-    (6 eps32) relative to max(1, largest entry) at every point, θ = 0, 1e-7 and π − 1e-3
+    """float32 against float64 at the same (float32) points: finite everywhere, measured ≤ 1.9e-6
+    (16 eps32) relative to max(1, largest entry) at every point, θ = 0, 1e-7 and π − 1e-3
     included; asserted 64 eps32."""
     g32 = _points(G, 3, np.float32)
     rng = np.random.default_rng(3)
@@ -138,18 +138,3 @@ def test_log_derivatives_float32_match_float64(G):
         scale = np.maximum(np.max(np.abs(r), axis=axes), 1.0)
         err = np.max(np.abs(a - r), axis=axes) / scale
         assert np.all(err < 64 * np.finfo(np.float32).eps), (name, err)
-
-
-@pytest.mark.parametrize("G", GROUPS, ids=lambda G: G.name)
-def test_log_derivative_off_the_group_is_that_of_the_projection(G):
-    """A perturbation ``dg`` off the group (any matrix) enters through the skew part of
-    ``Rᵀ dR`` (and ``Rᵀ dp``): the derivative of ``log(project(g))``, against central
-    differences of that composition (the SVD polar factor), float64."""
-    g = _points(G, 7)
-    dg = jnp.asarray(np.random.default_rng(7).standard_normal(g.shape))
-    if G.dim == 6:
-        dg = dg.at[..., 3, :].set(0.0)  # (the bottom row is not part of an element)
-    _, ad = jax.vmap(lambda g, d: jax.jvp(G.log, (g,), (d,)))(g, dg)
-    h = 1e-6
-    fd = (G.log(G.project(g + h * dg)) - G.log(G.project(g - h * dg))) / (2 * h)
-    np.testing.assert_allclose(ad, fd, rtol=1e-6, atol=1e-6)
