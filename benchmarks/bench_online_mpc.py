@@ -330,6 +330,7 @@ def run_quadrotor_loop(
     breakdown=True,
     model=None,
     black_box=None,
+    method=None,
 ):
     """Fly MuJoCo's quadrotor (:func:`quadrotor_mjcf`, ``mass_scale`` × crocoddyl's mass: the
     plant 10 % heavier than the model by default) from rest at the origin through ``waypoints``
@@ -358,7 +359,9 @@ def run_quadrotor_loop(
     :class:`geomjax.learn.problems.QuadrotorModel`); MuJoCo's body stays ``mass_scale`` ×
     crocoddyl's.  ``black_box``: a trained :class:`~geomjax.learn.NeuralODE` on
     ``z = (vec R, x, ω, v)`` planned on instead (:func:`black_box_quadrotor_problem`; each tick
-    hands it ``(vec R, x − w, ξ)`` read from MuJoCo).  A tick whose plan is not finite applies
+    hands it ``(vec R, x − w, ξ)`` read from MuJoCo).  ``method``: the model's one-step method
+    (default crocoddyl's semi-implicit Euler), e.g. an
+    :class:`~geomjax.learn.InputMapped` LGVI with a learned wrench map.  A tick whose plan is not finite applies
     the nominal hover thrusts and counts in ``nonfinite_ticks``."""
     import jax
     import jax.numpy as jnp
@@ -386,6 +389,7 @@ def run_quadrotor_loop(
             dtype=dtype,
             system=system,
             actuation=actuation,
+            method=method,
         )
     else:
         problem = black_box_quadrotor_problem(black_box, tracking_weight, horizon)

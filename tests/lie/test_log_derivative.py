@@ -14,6 +14,10 @@ from .strategies import random_algebra, seeds
 
 GROUPS = [gj.SO3, gj.SE3]
 
+# second derivatives of SE(3)'s maps compile for minutes in all on a 2-core CPU: the long tier
+# (the default tier's gradient checks near θ = 0 and θ = π are in test_groups' files)
+pytestmark = pytest.mark.long
+
 
 def _points(G, seed, dtype=np.float64):
     """Group elements: random ones (angles up to π − 0.1), and exp of angles 0, 1e-7, 1e-3 and
