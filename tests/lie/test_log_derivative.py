@@ -15,7 +15,7 @@ from .strategies import random_algebra, seeds
 GROUPS = [gj.SO3, gj.SE3]
 
 # second derivatives of SE(3)'s maps compile for minutes in all on a 2-core CPU: the long tier
-# (the default tier's gradient checks near θ = 0 and θ = π are in test_groups' files)
+# (the default tier's gradient checks near θ = 0 and θ = π are in test_groups.py and test_numerics.py)
 pytestmark = pytest.mark.long
 
 
