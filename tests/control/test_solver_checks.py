@@ -182,7 +182,9 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
     def shift(us):
         return jnp.concatenate([us[1:], us[-1:]])
 
-    first = solve_ocp(_retarget(prob, prob.state0, 0.0), ILQR(), us0, max_iters=iters)
+    # the start time as an array like the later ones (a Python float would be a static field
+    # of the retargeted problem: a program of its own)
+    first = solve_ocp(_retarget(prob, prob.state0, 0 * prob.dt), ILQR(), us0, max_iters=iters)
     np.testing.assert_allclose(
         np.asarray(res.controls[0]), np.asarray(first.controls[0]), atol=1e-14
     )
