@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, LEGACY_EMITTERS
 from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
@@ -438,7 +438,9 @@ def test_batched_solves_equal_one_by_one_solves():
     def one(a, **kw):
         return solve_ocp(_problem(3, torque_max=0.15, angle=a), ILQR_DEFAULT, max_iters=100, **kw)
 
-    batch = jax.jit(jax.vmap(one))(angles)
+    # compiled with XLA:CPU's legacy emitters, as solve_ocp compiles its eager solves (the same
+    # kernels, compiled faster)
+    batch = jax.jit(jax.vmap(one), compiler_options=LEGACY_EMITTERS)(angles)
     its = []
     for i, a in enumerate(angles):
         # eagerly: the program of test_bounded_optimum_kkt_by_finite_differences[ILQR]
