@@ -50,6 +50,22 @@ def _release_compiled_programs():
     jax.clear_caches()
 
 
+@pytest.fixture(scope="session")
+def host_devices(tmp_path_factory, request):
+    """``run(script)``: :func:`host_devices.run_on_host_devices` run once per test session,
+    its result shared by the pytest-xdist workers through the session's temporary folder (a
+    module's fixture that runs such a script is otherwise set up once on each worker its tests
+    land on)."""
+    from host_devices import run_on_host_devices
+
+    share = tmp_path_factory.getbasetemp()
+    # an xdist worker (config.workerinput) has its own folder under the session's; without
+    # xdist the session's folder is the one
+    if hasattr(request.config, "workerinput"):
+        share = share.parent
+    return lambda script, **kwargs: run_on_host_devices(script, share=share, **kwargs)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import pytest
 
 import geomjax as gj
+from geomjax._internal.eager import LEGACY_EMITTERS
 from geomjax.control import optimize
 from geomjax.control.examples import attitude_problem, loop_controls, rolling_ball_problem
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp
@@ -74,8 +75,11 @@ def _ball(R, position):
 
 def _runner(max_iters):
     """One compiled solve ``(problem, solver, controls)``; ``tol`` is passed as an array so that
-    the default and the tight solve share the program."""
-    return eqx.filter_jit(lambda p, s, u: solve_ocp(p, s, u, max_iters=max_iters))
+    the default and the tight solve share the program.  Compiled with XLA:CPU's legacy
+    emitters, as ``solve_ocp`` compiles its eager solves (the same kernels, compiled faster)."""
+    return eqx.filter_jit(
+        lambda p, s, u: solve_ocp(p, s, u, max_iters=max_iters), compiler_options=LEGACY_EMITTERS
+    )
 
 
 def _solver(cls, tol):

@@ -194,30 +194,33 @@ def test_a_loop_that_cannot_meet_its_constraints_is_reported():
 
 def test_a_loop_continued_from_its_result_is_the_longer_loop():
     """``run_mpc(..., controls=res.plan, duals=res.duals, state0=res.states[-1])`` continues a
-    closed loop where it stopped: two runs of 8 ticks are one run of 16 (the problem is
-    time-invariant), states, controls and multipliers to round-off.  The rate limit is active
-    in the first ticks only: by tick 8 the plan has no active constraint, so what the first run
-    hands over is the cold start (zero multipliers, ``penalty_init``; see the next test) and a
-    continuation without ``duals`` is the same loop.  ``OnlineMPC.init(duals=)`` starts from
-    the same multipliers."""
+    closed loop where it stopped: two runs of ``STEPS / 2`` ticks are one run of ``STEPS`` (the
+    problem is time-invariant), states, controls and multipliers to round-off.  The rate limit
+    is active in the first ticks only: by the handover the plan has no active constraint, so what
+    the first run hands over is the cold start (zero multipliers, ``penalty_init``; see the next
+    test) and a continuation without ``duals`` is the same loop.  ``OnlineMPC.init(duals=)``
+    starts from the same multipliers.  The whole loop is
+    test_constrained_closed_loop_keeps_the_rate_limit's (the same compiled program on the same
+    worker)."""
     ctrl, problem = MPC(AL, max_iters=AL_ITERS), _model(LIMIT)
-    whole = run_mpc(problem, steps=16, controller=ctrl, warn=False)
-    first = run_mpc(problem, steps=8, controller=ctrl, warn=False)
+    half = STEPS // 2
+    whole = run_mpc(problem, steps=STEPS, controller=ctrl, warn=False)
+    first = run_mpc(problem, steps=half, controller=ctrl, warn=False)
     last = jax.tree_util.tree_map(lambda a: a[-1], first.states)
     rest = run_mpc(
         problem,
         state0=last,
-        steps=8,
+        steps=half,
         controller=ctrl,
         controls=first.plan,
         duals=first.duals,
         warn=False,
     )
     np.testing.assert_allclose(
-        np.asarray(rest.controls), np.asarray(whole.controls[8:]), atol=1e-10
+        np.asarray(rest.controls), np.asarray(whole.controls[half:]), atol=1e-10
     )
     np.testing.assert_allclose(
-        np.asarray(rest.states.Pi), np.asarray(whole.states.Pi[8:]), atol=1e-10
+        np.asarray(rest.states.Pi), np.asarray(whole.states.Pi[half:]), atol=1e-10
     )
     np.testing.assert_allclose(
         np.asarray(rest.duals.path_ineq), np.asarray(whole.duals.path_ineq), atol=1e-8
@@ -225,7 +228,9 @@ def test_a_loop_continued_from_its_result_is_the_longer_loop():
     assert float(rest.duals.penalty) == float(whole.duals.penalty)
     assert float(first.duals.penalty) == AL.penalty_init  # the constraint episode is over
     assert not np.asarray(first.duals.path_ineq).any()
-    cold = run_mpc(problem, state0=last, steps=8, controller=ctrl, controls=first.plan, warn=False)
+    cold = run_mpc(
+        problem, state0=last, steps=half, controller=ctrl, controls=first.plan, warn=False
+    )
     np.testing.assert_allclose(
         np.asarray(cold.states.Pi), np.asarray(rest.states.Pi), rtol=0, atol=1e-12
     )

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, LEGACY_EMITTERS
 from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
@@ -147,16 +147,18 @@ def test_implicit_derivative_of_the_optimum_matches_finite_differences():
     a = 1.0
     sol = solve(jnp.asarray(a), False)
     assert sol.stop_reason == "converged", sol.message
-    # one reverse pass, pulled back from the cost and from each control (one compiled pullback;
-    # jax.jacrev would compile a batched one besides)
-    (cost, us), pullback = jax.vjp(
-        lambda x: (lambda s: (s.cost, s.controls))(solve(x, True)), jnp.asarray(a)
-    )
-    zero = jnp.zeros_like(us)
-    dcost = pullback((jnp.ones_like(cost), zero))[0]
-    dus = np.zeros(us.shape)
-    for idx in np.ndindex(us.shape):
-        dus[idx] = float(pullback((jnp.zeros_like(cost), zero.at[idx].set(1.0)))[0])
+
+    # one reverse pass, pulled back from the cost and from each control (the rows of the
+    # identity, batched), in one program compiled without XLA's backend optimization (the solve,
+    # the factorization of the optimality conditions and the pullback; the same operations as
+    # their eager programs, a shorter compilation)
+    def pulled_back(x):
+        (_, us), pullback = jax.vjp(lambda x: (lambda s: (s.cost, s.controls))(solve(x, True)), x)
+        rows = jnp.eye(1 + us.size, dtype=us.dtype)
+        return jax.vmap(pullback)((rows[:, 0], rows[:, 1:].reshape(-1, *us.shape)))[0]
+
+    rows = np.asarray(jax.jit(pulled_back, compiler_options=EAGER_COMPILER_OPTIONS)(jnp.asarray(a)))
+    dcost, dus = rows[0], rows[1:].reshape(np.shape(sol.controls))
     h = 1e-4
     plus, minus = solve(jnp.asarray(a + h), False), solve(jnp.asarray(a - h), False)
     fd_cost = (float(plus.cost) - float(minus.cost)) / (2 * h)
@@ -180,7 +182,9 @@ def test_mpc_warm_start_is_the_previous_plan_shifted_by_one_node():
     def shift(us):
         return jnp.concatenate([us[1:], us[-1:]])
 
-    first = solve_ocp(_retarget(prob, prob.state0, 0.0), ILQR(), us0, max_iters=iters)
+    # the start time as an array like the later ones (a Python float would be a static field
+    # of the retargeted problem: a program of its own)
+    first = solve_ocp(_retarget(prob, prob.state0, 0 * prob.dt), ILQR(), us0, max_iters=iters)
     np.testing.assert_allclose(
         np.asarray(res.controls[0]), np.asarray(first.controls[0]), atol=1e-14
     )
@@ -434,7 +438,9 @@ def test_batched_solves_equal_one_by_one_solves():
     def one(a, **kw):
         return solve_ocp(_problem(3, torque_max=0.15, angle=a), ILQR_DEFAULT, max_iters=100, **kw)
 
-    batch = jax.jit(jax.vmap(one))(angles)
+    # compiled with XLA:CPU's legacy emitters, as solve_ocp compiles its eager solves (the same
+    # kernels, compiled faster)
+    batch = jax.jit(jax.vmap(one), compiler_options=LEGACY_EMITTERS)(angles)
     its = []
     for i, a in enumerate(angles):
         # eagerly: the program of test_bounded_optimum_kkt_by_finite_differences[ILQR]

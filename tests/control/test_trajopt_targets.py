@@ -9,6 +9,7 @@ The targets are drawn uniformly in the ball of 2 m about the origin (the generat
 benchmarks/bench_trajopt.py's ``random-targets`` section, generator seeded with 0 there and in the long tier;
 the default tier seeds it with 1)."""
 
+import functools
 import importlib
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, LEGACY_EMITTERS
 from geomjax.control.examples import quadrotor_problem
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp
 
@@ -32,11 +34,12 @@ def random_targets(count, seed):
     return importlib.import_module("bench_trajopt").random_targets(count, seed)
 
 
-@eqx.filter_jit
+@functools.partial(eqx.filter_jit, compiler_options=EAGER_COMPILER_OPTIONS)
 def _central_differences(prob, us, E):
     """``(∂J/∂u, ∂Φ/∂u)``: the gradients of the cost of the rollout of ``prob`` and of its
     terminal cost alone by central differences of step ``E[i, i]`` (one compiled program per
-    problem structure, the targets its data)."""
+    problem structure, the targets its data; compiled without XLA's backend optimization: it
+    runs a few times, so only its compilation counts)."""
 
     def costs(d):
         u = us + d.reshape(us.shape)
@@ -120,8 +123,11 @@ def _check(sol, prob, tight_run, gap=1e-7, label=None, balance=False, absolute=0
 
 def _runner(max_iters):
     """One compiled solve ``(problem, solver, controls) -> OCPSolution``: the solver's settings
-    are traced, so the default and the tight solve share it."""
-    return jax.jit(lambda p, s, u: solve_ocp(p, s, u, max_iters=max_iters))
+    are traced, so the default and the tight solve share it.  Compiled with XLA:CPU's legacy
+    emitters, as ``solve_ocp`` compiles its eager solves (the same kernels, compiled faster)."""
+    return jax.jit(
+        lambda p, s, u: solve_ocp(p, s, u, max_iters=max_iters), compiler_options=LEGACY_EMITTERS
+    )
 
 
 def _tight_run(run):

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from host_devices import run_on_host_devices
 
 import geomjax as gj
 from geomjax.integrators import batch_mesh, simulate_sharded
@@ -92,8 +91,8 @@ print("RESULT" + json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def four_devices():
-    return run_on_host_devices(SCRIPT)
+def four_devices(host_devices):
+    return host_devices(SCRIPT)
 
 
 @pytest.mark.long

@@ -6,7 +6,6 @@ Run in a subprocess with four host devices (``XLA_FLAGS`` must be set before JAX
 """
 
 import pytest
-from host_devices import run_on_host_devices
 
 SCRIPT = r"""
 import json, os
@@ -85,8 +84,8 @@ print("RESULT" + json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def four_devices():
-    return run_on_host_devices(SCRIPT)
+def four_devices(host_devices):
+    return host_devices(SCRIPT)
 
 
 def test_learned_system_sharded_equals_vmap(four_devices):
