@@ -558,13 +558,17 @@ def test_project_names_no_issue_and_no_outside_path():
             ]
         )
     )
-    bad = [
+    assert not (bad := _matches(files, pattern, root)), bad
+
+
+def _matches(files, pattern, root):
+    """``"path: match"`` of the first match of ``pattern`` in each file but this one."""
+    return [
         f"{p.relative_to(root)}: {m.group()}"
         for p in files
         for m in [pattern.search(p.read_text())]
         if m and p != Path(__file__)
     ]
-    assert not bad, bad
 
 
 def test_sources_describe_behaviour_not_their_history():
@@ -577,12 +581,7 @@ def test_sources_describe_behaviour_not_their_history():
         files += [p for p in (root / folder).rglob("*") if p.suffix in {".py", ".ipynb", ".md"}]
     pattern = re.compile(
         # assembled from parts so that this file does not match itself
-        "|".join([r"\b[Ss]top" + r" \d+\b", r"\b[Rr]e-" + "measured", r"\bthis " + "session\b"])
+        "|".join([r"\b[Ss]top" + r" \d+\b", r"\b[Rr]e-" + "measured", r"\bthis " + r"session\b"])
     )
-    bad = [
-        f"{p.relative_to(root)}: {m.group()}"
-        for p in files
-        for m in [pattern.search(p.read_text())]
-        if m and p != Path(__file__)
-    ]
-    assert not bad, bad
+    assert not (bad := _matches(files, pattern, root)), bad
+    assert pattern.search("as this " + "session found") and pattern.search("at stop" + " 25")
