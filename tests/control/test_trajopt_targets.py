@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, LEGACY_EMITTERS
+from geomjax._internal.eager import EAGER_COMPILER_OPTIONS
 from geomjax.control.examples import quadrotor_problem
 from geomjax.control.trajopt import DDP, ILQR, solve_ocp
 
@@ -123,11 +123,10 @@ def _check(sol, prob, tight_run, gap=1e-7, label=None, balance=False, absolute=0
 
 def _runner(max_iters):
     """One compiled solve ``(problem, solver, controls) -> OCPSolution``: the solver's settings
-    are traced, so the default and the tight solve share it.  Compiled with XLA:CPU's legacy
-    emitters, as ``solve_ocp`` compiles its eager solves (the same kernels, compiled faster)."""
-    return jax.jit(
-        lambda p, s, u: solve_ocp(p, s, u, max_iters=max_iters), compiler_options=LEGACY_EMITTERS
-    )
+    are traced, so the default and the tight solve share it.  Compiled with JAX's default
+    options: the iteration counts asserted here are those of that program (XLA:CPU's legacy
+    emitters round differently and moved DDP's median over twenty targets from 40 to 40.5)."""
+    return jax.jit(lambda p, s, u: solve_ocp(p, s, u, max_iters=max_iters))
 
 
 def _tight_run(run):
