@@ -15,13 +15,12 @@ cancels numerically is still reported as ``True``).
 
 from __future__ import annotations
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .jaxpr_eval import live_vars
+from .program_cache import ProgramCache
 
 __all__ = ["depends_on", "method_depends_on"]
 
@@ -57,7 +56,8 @@ def _method_dependence(static, name, abstract):
     return depends_on(fun, params, *args)[1:]
 
 
-_cached_dependence = functools.lru_cache(maxsize=512)(_method_dependence)
+# one trace per (static part, method, shapes); the least recently used of 512 is dropped
+_DEPENDENCE = ProgramCache("method dependence", maxsize=512, evict="lru")
 
 
 def method_depends_on(module: eqx.Module, name: str, *args) -> tuple[bool, ...]:
@@ -70,4 +70,8 @@ def method_depends_on(module: eqx.Module, name: str, *args) -> tuple[bool, ...]:
         hash((static, abstract))
     except TypeError:  # an unhashable static field: trace every time
         return _method_dependence(static, name, abstract)
-    return _cached_dependence(static, name, abstract)
+    key = (static, name, abstract)
+    found = _DEPENDENCE.get(key)
+    if found is None:
+        found = _DEPENDENCE.put(key, _method_dependence(static, name, abstract))
+    return found

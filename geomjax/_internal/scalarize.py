@@ -51,6 +51,7 @@ import numpy as np
 
 from .._linalg import stack_scalars
 from .jaxpr_eval import Interpreter, inline_calls
+from .program_cache import ProgramCache
 from .tracing import is_traced
 
 __all__ = [
@@ -521,7 +522,7 @@ def scalarize(fun, *, max_size: int = 100, strict: bool = False):
                     raise
                 return fun(*args)
             if key is not None and program is not _UNCACHEABLE:
-                _remember(key, program)
+                _PROGRAMS.put(key, program)
         if program is _UNCACHEABLE:  # closes over values of an enclosing trace: evaluate here
             closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*leaves)
             try:
@@ -548,8 +549,7 @@ def scalarize(fun, *, max_size: int = 100, strict: bool = False):
 # with hashable fields, functions without a closure) it is kept, as a closed jaxpr, and later
 # calls evaluate it (``jax.core.eval_jaxpr``: bound into the current trace, so every
 # transformation applies as before).
-_PROGRAMS: dict = {}
-_MAX_PROGRAMS = 512
+_PROGRAMS = ProgramCache("scalar programs", maxsize=512, evict="oldest")
 _UNCACHEABLE = object()
 
 
@@ -589,12 +589,6 @@ def _program_key(fun, treedef, static, leaves, max_size):
 
 def _sharding_of(x):
     return getattr(jax.typeof(x), "sharding", None)
-
-
-def _remember(key, program):
-    if len(_PROGRAMS) >= _MAX_PROGRAMS:
-        _PROGRAMS.pop(next(iter(_PROGRAMS)))  # the oldest entry
-    _PROGRAMS[key] = program
 
 
 def _scalar_program(flat, leaves, max_size):
