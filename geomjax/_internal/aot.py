@@ -18,12 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .program_cache import ProgramCache
 from .tracing import is_traced
 from .xla_flags import no_library_fusion_options, program_small_loops, small_loop_options
 
 # argument signatures whose traced checks passed; the objects are kept with their key, so that
-# a key made of identities is never reused by another object
-_CHECKED: dict = {}
+# a key made of identities is never reused by another object (256 at most: then all are dropped)
+_CHECKED = ProgramCache("passed checks", maxsize=256, evict="all")
 
 
 def checked_once(kind, tree, check):
@@ -49,9 +50,7 @@ def checked_once(kind, tree, check):
     except TypeError:  # an unhashable static field: no memory of it
         return check()
     check()
-    if len(_CHECKED) >= 256:
-        _CHECKED.clear()
-    _CHECKED[key] = leaves
+    _CHECKED.put(key, leaves)
     return None
 
 
@@ -119,7 +118,7 @@ class CompiledPrograms:
         self.leaves = None  # its arrays, flattened
         self.treedef = None
         self.static = None
-        self.compiled: dict = {}
+        self.compiled = ProgramCache("programs compiled ahead of time")  # signature -> executable
         self.memo: dict = {}  # values computed once per owner (see prepare)
 
     def prepared_for(self, owner) -> bool:
@@ -133,7 +132,8 @@ class CompiledPrograms:
         """Flatten ``owner`` (a tuple); a new owner (e.g. a module rebuilt by
         ``equinox.tree_at``) starts afresh, without its predecessor's programs.  ``memo``:
         values derived from the owner once, kept with it (:attr:`memo`)."""
-        self.owner, self.compiled, self.memo = tuple(owner), {}, memo
+        self.owner, self.memo = tuple(owner), memo
+        self.compiled.clear()
         dynamic, self.static = eqx.partition(self.owner, eqx.is_array)
         self.leaves, self.treedef = jax.tree_util.tree_flatten(dynamic)
 
@@ -155,6 +155,5 @@ class CompiledPrograms:
                 options.update(no_library_fusion_options())
             with program_small_loops(small):
                 lowered = jax.jit(flat, compiler_options=options).lower(self.leaves, *args)
-            fn = lowered.compile()
-            self.compiled[key] = fn
+            fn = self.compiled.put(key, lowered.compile())
         return fn

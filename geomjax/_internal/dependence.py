@@ -6,50 +6,27 @@ Chaplygin sleigh, a ball rolling on a table, Suslov's problem) the Lagrangian do
 the configuration at all, or a constraint not on time, and those derivatives are exact zeros that
 autodiff still computes (a reverse pass through the group's retraction at every Newton
 iteration).  :func:`depends_on` finds such independence *structurally*: it traces the function on
-abstract values (no data, no compilation) and runs a backward liveness pass over the jaxpr.  The
-answer is conservative — an input used by an equation whose output is live counts as used — so a
-``False`` is a proof that the output does not depend on that input, and skipping the computation
-changes no result (a dependence that cancels numerically is still reported as ``True``).
+abstract values (no data, no compilation) and runs a backward liveness pass over the jaxpr
+(:func:`geomjax._internal.jaxpr_eval.live_vars`).  The answer is conservative — an input used by an
+equation whose output is live counts as used — so a ``False`` is a proof that the output does
+not depend on that input, and skipping the computation changes no result (a dependence that
+cancels numerically is still reported as ``True``).
 """
 
 from __future__ import annotations
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jex_core
 
-__all__ = ["depends_on", "live_eqns", "live_vars", "method_depends_on"]
+from .jaxpr_eval import live_vars
+from .program_cache import ProgramCache
+
+__all__ = ["depends_on", "method_depends_on"]
 
 
 def _abstract(x):
     return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
-
-
-def live_eqns(eqns, outvars, *, effects: bool = True) -> list:
-    """The equations of ``eqns`` whose results reach ``outvars`` (and, with ``effects``, those
-    that have effects), in order: dead-code elimination of a jaxpr's equations, a backward
-    liveness pass."""
-    live = {v for v in outvars if isinstance(v, jex_core.Var)}
-    kept = []
-    for eqn in reversed(eqns):
-        if (effects and eqn.effects) or any(
-            isinstance(o, jex_core.Var) and o in live for o in eqn.outvars
-        ):
-            kept.append(eqn)
-            live.update(v for v in eqn.invars if isinstance(v, jex_core.Var))
-    return kept[::-1]
-
-
-def live_vars(eqns, outvars) -> set:
-    """The variables whose values reach ``outvars`` (``outvars`` included; an equation kept
-    only for its effects does not count)."""
-    live = {v for v in outvars if isinstance(v, jex_core.Var)}
-    for eqn in live_eqns(eqns, outvars, effects=False):
-        live.update(v for v in eqn.invars if isinstance(v, jex_core.Var))
-    return live
 
 
 def depends_on(fun, *args) -> tuple[bool, ...]:
@@ -79,7 +56,8 @@ def _method_dependence(static, name, abstract):
     return depends_on(fun, params, *args)[1:]
 
 
-_cached_dependence = functools.lru_cache(maxsize=512)(_method_dependence)
+# one trace per (static part, method, shapes); the least recently used of 512 is dropped
+_DEPENDENCE = ProgramCache("method dependence", maxsize=512, evict="lru")
 
 
 def method_depends_on(module: eqx.Module, name: str, *args) -> tuple[bool, ...]:
@@ -92,4 +70,8 @@ def method_depends_on(module: eqx.Module, name: str, *args) -> tuple[bool, ...]:
         hash((static, abstract))
     except TypeError:  # an unhashable static field: trace every time
         return _method_dependence(static, name, abstract)
-    return _cached_dependence(static, name, abstract)
+    key = (static, name, abstract)
+    found = _DEPENDENCE.get(key)
+    if found is None:
+        found = _DEPENDENCE.put(key, _method_dependence(static, name, abstract))
+    return found

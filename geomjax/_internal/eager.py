@@ -34,6 +34,7 @@ import numpy as np
 from jax._src import core as jax_core  # trace_state_clean: no public equivalent
 
 from . import host_eval as _host_eval
+from .program_cache import ProgramCache
 from .tracing import any_traced, is_traced
 
 #: XLA:CPU's legacy elemental IR emitters instead of its MLIR fusion emitters (jaxlib 0.10's
@@ -87,7 +88,8 @@ class _Tiered:
 
     def __init__(self, fn, quick, plain):
         self.fn, self.quick, self.plain = fn, quick, plain
-        self.host: dict = {}  # signature -> [host calls so far, traced program] or None
+        # signature -> [host calls so far, traced program], or None: compiled from the first call
+        self.host = ProgramCache("host-evaluated eager programs")
 
     def compiled(self, *args, **kwargs):
         if _at_top_level():
@@ -118,12 +120,12 @@ class _Tiered:
                 entry[1] = self._trace(args, kwargs)
             out = self._on_host(entry[1], flat)
         except _host_eval.Unsupported:
-            self.host[key] = None
+            self.host.put(key, None)
             return self.compiled(*args, **kwargs)
         entry[0] += 1
         if entry[0] >= HOST_CALLS:
             entry[1] = None  # compiled from now on: the jaxpr is not needed any more
-        self.host[key] = entry
+        self.host.put(key, entry)
         return out
 
     def _trace(self, args, kwargs):
@@ -219,13 +221,14 @@ class _EagerVJP:
 
     def __init__(self, fn):
         self.fn = fn
-        self.forward: dict = {}
-        self.pullback: dict = {}
+        # options -> (forward, pullback)
+        self.programs = ProgramCache("eager reverse-mode programs")
         self.plain_pullback = eqx.filter_jit(_apply_pullback)
 
     def _programs(self, options):
         key = tuple(sorted(options.items()))
-        if key not in self.forward:
+        programs = self.programs.get(key)
+        if programs is None:
             fn = self.fn
 
             def forward(diff, rest):
@@ -235,9 +238,14 @@ class _EagerVJP:
 
                 return jax.vjp(f, diff)
 
-            self.forward[key] = eqx.filter_jit(forward, compiler_options=options)
-            self.pullback[key] = eqx.filter_jit(_apply_pullback, compiler_options=options)
-        return self.forward[key], self.pullback[key]
+            programs = self.programs.put(
+                key,
+                (
+                    eqx.filter_jit(forward, compiler_options=options),
+                    eqx.filter_jit(_apply_pullback, compiler_options=options),
+                ),
+            )
+        return programs
 
     def __call__(self, options, args, kwargs):
         """``fn(*args, **kwargs)``, differentiable; ``None`` where this route does not apply
@@ -334,7 +342,7 @@ def top_level_options(
     # second is a partial, another function object, so that equinox's and JAX's caches (keyed
     # on the function) keep the two apart
     plains = {False: eqx.filter_jit(fn), True: eqx.filter_jit(functools.partial(fn))}
-    variants: dict = {}
+    variants = ProgramCache("top-level programs with compiler options")  # options -> jitted
 
     def _options():
         options = dict(compiler_options or {})

@@ -15,12 +15,17 @@ program as before.  Every result is cast to the dtype the jaxpr declares, so flo
 stay float32.  Transcendental functions come from the platform's libm instead of XLA's
 polynomial approximations: results agree to a few ulp (property-tested against the compiled
 programs), not bitwise.
+
+The walk of the jaxpr is :class:`geomjax._internal.jaxpr_eval.Interpreter`'s; this module is its
+table of NumPy rules.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from jax.extend import core as jex_core
+
+from .jaxpr_eval import CONCRETE_CONTROL_FLOW, SUB_JAXPR, Interpreter, inline_calls
 
 #: Inputs larger than this (elements, all arrays together) are compiled: the interpreter's
 #: per-element cost is NumPy's, without XLA's fusion and threads.
@@ -245,79 +250,74 @@ _WITH_PARAMS = {
 _IGNORED_PARAMS = {"sharding", "out_sharding", "accuracy", "out_dtype"}
 
 
-def _closed(jaxpr):
-    """(Jaxpr, consts) of a ClosedJaxpr or an open Jaxpr without constants."""
-    if isinstance(jaxpr, jex_core.ClosedJaxpr):
-        return jaxpr.jaxpr, jaxpr.consts
-    return jaxpr, ()
+def _unvmap(fn):
+    # equinox's checks, unbatched here
+    return lambda interp, eqn, invals: fn(*invals)
 
 
-def _call(jaxpr, args):
-    inner, consts = _closed(jaxpr)
-    return _eval(inner, consts, args)
+def _platform_index(interp, eqn, invals):
+    # lax.platform_dependent: this is the CPU's branch
+    rules = eqn.params["platforms"]
+    cpu = [i for i, names in enumerate(rules) if names is not None and "cpu" in names]
+    default = [i for i, names in enumerate(rules) if names is None]
+    if not cpu and not default:
+        raise Unsupported("platform_index without a CPU or default rule")
+    return np.int32((cpu or default)[0])
 
 
-def _eval(jaxpr, consts, args):
-    env = {}
+def _without_params(name, fn):
+    def rule(interp, eqn, invals):
+        if set(eqn.params) - _IGNORED_PARAMS:
+            raise Unsupported(name)
+        return fn(*invals)
 
-    def read(v):
-        if isinstance(v, jex_core.Literal):
-            return np.asarray(v.val, dtype=v.aval.dtype)
-        return env[v]
-
-    for var, val in zip(jaxpr.constvars, consts):
-        env[var] = np.asarray(val)
-    for var, val in zip(jaxpr.invars, args):
-        env[var] = np.asarray(val, dtype=var.aval.dtype)
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        outs = _apply(eqn.primitive.name, eqn.params, invals)
-        if not eqn.primitive.multiple_results:
-            outs = [outs]
-        for var, val in zip(eqn.outvars, outs):
-            if isinstance(var, jex_core.DropVar):
-                continue
-            env[var] = np.asarray(val, dtype=var.aval.dtype).reshape(var.aval.shape)
-    return [read(v) for v in jaxpr.outvars]
+    return rule
 
 
-def _apply(name, params, invals):
-    if name in ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"):
-        return _call(params.get("jaxpr") or params["call_jaxpr"], invals)
-    if name in ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr"):
-        return _call(params.get("call_jaxpr") or params["fun_jaxpr"], invals)
-    if name == "custom_vmap_call":
-        return _call(params["call"], invals)
-    if name in ("unvmap_any", "unvmap_all", "unvmap_max"):  # equinox's checks, unbatched here
-        return {"unvmap_any": np.any, "unvmap_all": np.all, "unvmap_max": np.max}[name](*invals)
-    if name == "cond":
-        index, *ops = invals
-        return _call(params["branches"][int(index)], ops)
-    if name == "while":
-        return _while(params, invals)
-    if name == "platform_index":  # lax.platform_dependent: this is the CPU's branch
-        rules = params["platforms"]
-        cpu = [i for i, names in enumerate(rules) if names is not None and "cpu" in names]
-        default = [i for i, names in enumerate(rules) if names is None]
-        if not cpu and not default:
-            raise Unsupported("platform_index without a CPU or default rule")
-        return np.int32((cpu or default)[0])
-    if name in _UNARY and not (set(params) - _IGNORED_PARAMS):
-        return _UNARY[name](*invals)
-    if name in _BINARY and not (set(params) - _IGNORED_PARAMS):
-        return _BINARY[name](*invals)
-    if name in _WITH_PARAMS:
-        kept = {k: v for k, v in params.items() if k not in _IGNORED_PARAMS}
-        return _WITH_PARAMS[name](*invals, **kept)
-    raise Unsupported(name)
+def _with_params(fn):
+    def rule(interp, eqn, invals):
+        kept = {k: v for k, v in eqn.params.items() if k not in _IGNORED_PARAMS}
+        return fn(*invals, **kept)
+
+    return rule
 
 
-def _while(params, invals):
-    nc, nb = params["cond_nconsts"], params["body_nconsts"]
-    cconsts, bconsts, carry = invals[:nc], invals[nc : nc + nb], list(invals[nc + nb :])
-    while bool(_call(params["cond_jaxpr"], [*cconsts, *carry])[0]):
-        carry = _call(params["body_jaxpr"], [*bconsts, *carry])
-    return carry
+_RULES = {
+    **{name: _without_params(name, fn) for name, fn in {**_UNARY, **_BINARY}.items()},
+    **{name: _with_params(fn) for name, fn in _WITH_PARAMS.items()},
+    **inline_calls(SUB_JAXPR),
+    **CONCRETE_CONTROL_FLOW,
+    "unvmap_any": _unvmap(np.any),
+    "unvmap_all": _unvmap(np.all),
+    "unvmap_max": _unvmap(np.max),
+    "platform_index": _platform_index,
+}
+
+
+class _Host(Interpreter):
+    """NumPy values; every result cast to the dtype and shape the jaxpr declares."""
+
+    rules = _RULES
+
+    def fallback(self, eqn, invals):
+        raise Unsupported(eqn.primitive.name)
+
+    def literal(self, var):
+        return np.asarray(var.val, dtype=var.aval.dtype)
+
+    def const(self, value):
+        return np.asarray(value)
+
+    def arg(self, var, value):
+        return np.asarray(value, dtype=var.aval.dtype)
+
+    def write(self, var, value):
+        if isinstance(var, jex_core.DropVar):
+            return value
+        return np.asarray(value, dtype=var.aval.dtype).reshape(var.aval.shape)
+
+
+_HOST = _Host()
 
 
 def evaluate(closed_jaxpr, args) -> list[np.ndarray]:
@@ -325,7 +325,7 @@ def evaluate(closed_jaxpr, args) -> list[np.ndarray]:
 
     Raises :class:`Unsupported` for a primitive outside the interpreter's table."""
     with np.errstate(all="ignore"):  # the untaken branch of a double-where may overflow
-        return _call(closed_jaxpr, list(args))
+        return _HOST.call(closed_jaxpr, list(args))
 
 
 def small(leaves) -> bool:

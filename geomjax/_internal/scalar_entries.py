@@ -4,14 +4,20 @@ Under ``vmap``, XLA:CPU fuses a whole vector–Jacobian product into the loops t
 cotangents of *sliced* arrays (the transpose of ``c[i]`` is a ``pad``) and recomputes it once
 per array entry.  Passed as its scalar entries (one array per entry, batched under ``vmap``),
 a small leaf gets one cotangent array per entry instead of a sum of pads.  Used by the
-reversible adjoint's backward step (:mod:`geomjax.integrators.adjoint`).
+reversible adjoint's backward step (:mod:`geomjax.integrators.adjoint`).  The evaluator is the
+walk of :class:`geomjax._internal.jaxpr_eval.Interpreter` with one rule (``slice``) and JAX's
+own ``bind`` for every other primitive.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+
+from .jaxpr_eval import Interpreter, bind
 
 __all__ = [
     "ScalarEntries",
@@ -57,39 +63,38 @@ def from_scalar_entries(tree):
     )
 
 
+def _array(a):
+    return a.array() if is_scalar_entries(a) else a
+
+
+def _slice(interp, eqn, invals):
+    """A unit-stride slice of a vector of scalar entries: the stacked entries it reads."""
+    a, p = invals[0], eqn.params
+    if (
+        is_scalar_entries(a)
+        and len(a.shape) == 1
+        and all(s in (None, 1) for s in (p.get("strides") or ()))
+    ):
+        (lo,), (hi,) = p["start_indices"], p["limit_indices"]
+        return jnp.stack(a.entries[lo:hi])
+    return interp.fallback(eqn, invals)
+
+
+class _Entries(Interpreter):
+    """JAX's own evaluation (``bind``), reading :class:`ScalarEntries` as their stacked array
+    except where a ``slice`` reads a vector of them."""
+
+    rules: ClassVar[dict] = {"slice": _slice}
+
+    def fallback(self, eqn, invals):
+        return bind(eqn, [_array(a) for a in invals])
+
+
+_ENTRIES = _Entries()
+
+
 def eval_eqns(eqns, env, outvars):
     """Evaluate jaxpr equations (``jax.core.eval_jaxpr``), where a :class:`ScalarEntries` value read
     by a unit-stride ``slice`` of a vector gives the stacked entries (no slicing to transpose)
-    and anywhere else the stacked array."""
-    from jax.extend import core as jc
-
-    def read(v):
-        if isinstance(v, jc.Literal):
-            return v.val
-        a = env[v]
-        return a.array() if is_scalar_entries(a) else a
-
-    for eqn in eqns:
-        v0 = eqn.invars[0] if eqn.invars else None
-        if (
-            eqn.primitive.name == "slice"
-            and not isinstance(v0, jc.Literal)
-            and is_scalar_entries(env.get(v0))
-        ):
-            a, p = env[eqn.invars[0]], eqn.params
-            if len(a.shape) == 1 and all(s in (None, 1) for s in (p.get("strides") or ())):
-                (lo,), (hi,) = p["start_indices"], p["limit_indices"]
-                env[eqn.outvars[0]] = jnp.stack(a.entries[lo:hi])
-                continue
-        invals = [read(v) for v in eqn.invars]
-        params = eqn.primitive.get_bind_params(eqn.params)
-        subfuns = []
-        if isinstance(params, tuple):  # older jax: (subfuns, params)
-            subfuns, params = params
-        with eqn.ctx.manager:
-            ans = eqn.primitive.bind(*subfuns, *invals, **params)
-        if not eqn.primitive.multiple_results:
-            ans = [ans]
-        for v, a in zip(eqn.outvars, ans):
-            env[v] = a
-    return [read(v) for v in outvars]
+    and anywhere else the stacked array.  ``env`` (variable → value) is updated in place."""
+    return [_array(a) for a in _ENTRIES.eval_eqns(eqns, env, outvars)]

@@ -10,7 +10,8 @@ XLA fuses it into a few kernels, and under ``jax.vmap`` every scalar becomes one
 does this by hand for the SO(3) LGVI; :func:`scalarize` does it for any function.
 
 :func:`scalarize` traces ``fun`` to a jaxpr (``jax.make_jaxpr``) and evaluates that jaxpr once
-more, entry by entry: every array value is held as a NumPy object array of JAX scalars, every
+more, entry by entry (the walk of :class:`geomjax._internal.jaxpr_eval.Interpreter`, with this
+module's rules): every array value is held as a NumPy object array of JAX scalars, every
 primitive is applied to the scalars it reads (``dot_general`` and reductions become explicit
 sums of products; slices, reshapes, transposes, broadcasts and concatenations become NumPy
 bookkeeping at trace time and cost nothing at run time; gathers, scatters and pads with constant
@@ -47,9 +48,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Literal
 
 from .._linalg import stack_scalars
+from .jaxpr_eval import Interpreter, inline_calls
+from .program_cache import ProgramCache
 from .tracing import is_traced
 
 __all__ = [
@@ -73,7 +75,7 @@ _ELEMENTWISE = frozenset(
     not or pow real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square
     stop_gradient sub tan tanh xor""".split()
 )
-_CALLS = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
+_CALLS = ("jit", "pjit", "closed_call", "core_call")
 _REDUCERS = {
     "reduce_sum": "add",
     "reduce_max": "max",
@@ -128,7 +130,9 @@ def _is_value(x, value) -> bool:
     return _is_const(x) and not np.issubdtype(x.dtype, np.bool_) and x == value
 
 
-class _Evaluator:
+class _Evaluator(Interpreter):
+    """Values are NumPy object arrays of scalars (JAX scalars, or NumPy scalars for constants)."""
+
     def __init__(self, max_size):
         self.max_size = max_size
 
@@ -228,90 +232,20 @@ class _Evaluator:
             acc = self.apply(prim, None, [acc, v], dtype)
         return acc
 
-    # --- the interpreter -----------------------------------------------------------------------
-    def eval_jaxpr(self, jaxpr, consts, args):
-        env = {}
+    # --- the interpreter (the walk: geomjax._internal.jaxpr_eval; the rules: _RULES) ----------
+    def literal(self, var):
+        return self.split(var.val, var.aval)
 
-        def read(v):
-            if isinstance(v, Literal):
-                return self.split(v.val, v.aval)
-            return env[v]
+    def const(self, value):  # a constant of a called jaxpr
+        return self.split(value)
 
-        for var, val in zip(jaxpr.constvars, consts):
-            env[var] = val
-        for var, val in zip(jaxpr.invars, args):
-            env[var] = val
-        for eqn in jaxpr.eqns:
-            ins = [read(v) for v in eqn.invars]
-            outs = self.eqn(eqn, ins)
-            for var, val in zip(eqn.outvars, outs):
-                if math.prod(var.aval.shape) > self.max_size:
-                    raise Unsupported(f"an intermediate of shape {var.aval.shape}")
-                env[var] = val
-        return [read(v) for v in jaxpr.outvars]
+    def write(self, var, value):
+        if math.prod(var.aval.shape) > self.max_size:
+            raise Unsupported(f"an intermediate of shape {var.aval.shape}")
+        return value
 
-    def eqn(self, eqn, ins):
-        name = eqn.primitive.name
-        p = eqn.params
-        out_avals = [v.aval for v in eqn.outvars]
-        aval = out_avals[0]
-        shape = tuple(aval.shape)
-        if name in _ELEMENTWISE:
-            arrays = [np.broadcast_to(a, shape) for a in ins]
-            out = np.empty(shape, object)
-            for idx in np.ndindex(shape):
-                out[idx] = self.apply(eqn.primitive, p, [a[idx] for a in arrays], aval.dtype)
-            return [out]
-        if name in _CALLS:
-            closed = p[_CALLS[name]]
-            inner_consts = [self.split(c) for c in closed.consts]
-            return self.eval_jaxpr(closed.jaxpr, inner_consts, ins)
-        if name == "broadcast_in_dim":
-            (x,) = ins[:1]
-            expanded = [1] * len(shape)
-            for src, dst in enumerate(p["broadcast_dimensions"]):
-                expanded[dst] = x.shape[src]
-            return [np.broadcast_to(x.reshape(expanded), shape)]
-        if name == "reshape":
-            return [ins[0].reshape(shape)]
-        if name == "squeeze":
-            return [ins[0].reshape(shape)]
-        if name == "transpose":
-            return [np.transpose(ins[0], p["permutation"])]
-        if name == "rev":
-            return [np.flip(ins[0], p["dimensions"])]
-        if name == "slice":
-            strides = p["strides"] or (1,) * len(p["start_indices"])
-            sl = tuple(
-                slice(s, e, st) for s, e, st in zip(p["start_indices"], p["limit_indices"], strides)
-            )
-            return [ins[0][sl]]
-        if name == "concatenate":
-            return [np.concatenate(ins, axis=p["dimension"])]
-        if name == "stack":
-            return [np.stack(ins, axis=p["axis"])]
-        if name == "unstack":  # slices, not np.take: a 1-D input must give 0-d object arrays
-            moved = np.moveaxis(ins[0], p["axis"], 0)
-            return [moved[i : i + 1].reshape(moved.shape[1:]) for i in range(len(out_avals))]
-        if name == "split":
-            return list(np.split(ins[0], np.cumsum(p["sizes"])[:-1], axis=p["axis"]))
-        if name == "iota":
-            vals = np.arange(shape[p["dimension"]], dtype=aval.dtype)
-            bshape = [1] * len(shape)
-            bshape[p["dimension"]] = shape[p["dimension"]]
-            arr = np.broadcast_to(vals.reshape(bshape), shape)
-            return [self.split(np.ascontiguousarray(arr))]
-        if name == "pad":
-            return [self.pad(ins[0], ins[1][()], p["padding_config"], shape)]
-        if name == "dot_general":
-            return [self.dot_general(ins[0], ins[1], p["dimension_numbers"], aval)]
-        if name in _REDUCERS:
-            return [self.reduce(ins[0], p["axes"], _REDUCERS[name], aval)]
-        if name in _INDEXING:
-            return self.indexing(eqn, ins)
-        if name in _CUMULATIVE:
-            return [self.cumulative(ins[0], p["axis"], p["reverse"], _CUMULATIVE[name], aval)]
-        raise Unsupported(f"primitive {name!r}")
+    def fallback(self, eqn, invals):
+        raise Unsupported(f"primitive {eqn.primitive.name!r}")
 
     def pad(self, x, value, config, shape):
         lo_max = [max(lo, 0) for lo, _, _ in config]
@@ -429,7 +363,7 @@ class _Evaluator:
                 for c in cols
             ]
             out[r] = self.fold("add", terms, dtype) if terms else _const(0, dtype)
-        return [out.reshape(aval.shape)]
+        return out.reshape(aval.shape)
 
 
 def _cast(x, dtype):
@@ -455,6 +389,98 @@ _PRIMS = {
     "and": jax.lax.and_p,
     "or": jax.lax.or_p,
 }
+
+
+# --- the rules: one per primitive, as jaxpr_eval.Interpreter calls them -------------------------
+def _out(eqn):
+    aval = eqn.outvars[0].aval
+    return aval, tuple(aval.shape)
+
+
+def _elementwise(ev, eqn, ins):
+    aval, shape = _out(eqn)
+    prim, p, dtype, apply = eqn.primitive, eqn.params, aval.dtype, ev.apply
+    arrays = [np.broadcast_to(a, shape) for a in ins]
+    out = np.empty(shape, object)
+    for idx in np.ndindex(shape):
+        out[idx] = apply(prim, p, [a[idx] for a in arrays], dtype)
+    return out
+
+
+def _broadcast_in_dim(ev, eqn, ins):
+    _, shape = _out(eqn)
+    (x,) = ins[:1]
+    expanded = [1] * len(shape)
+    for src, dst in enumerate(eqn.params["broadcast_dimensions"]):
+        expanded[dst] = x.shape[src]
+    return np.broadcast_to(x.reshape(expanded), shape)
+
+
+def _reshape(ev, eqn, ins):
+    return ins[0].reshape(_out(eqn)[1])
+
+
+def _slice(ev, eqn, ins):
+    p = eqn.params
+    strides = p["strides"] or (1,) * len(p["start_indices"])
+    sl = tuple(slice(s, e, st) for s, e, st in zip(p["start_indices"], p["limit_indices"], strides))
+    return ins[0][sl]
+
+
+def _unstack(ev, eqn, ins):  # slices, not np.take: a 1-D input must give 0-d object arrays
+    moved = np.moveaxis(ins[0], eqn.params["axis"], 0)
+    return [moved[i : i + 1].reshape(moved.shape[1:]) for i in range(len(eqn.outvars))]
+
+
+def _iota(ev, eqn, ins):
+    aval, shape = _out(eqn)
+    dim = eqn.params["dimension"]
+    vals = np.arange(shape[dim], dtype=aval.dtype)
+    bshape = [1] * len(shape)
+    bshape[dim] = shape[dim]
+    arr = np.broadcast_to(vals.reshape(bshape), shape)
+    return ev.split(np.ascontiguousarray(arr))
+
+
+def _reducer(op):
+    return lambda ev, eqn, ins: ev.reduce(ins[0], eqn.params["axes"], op, eqn.outvars[0].aval)
+
+
+def _cumulative(op):
+    def rule(ev, eqn, ins):
+        p = eqn.params
+        return ev.cumulative(ins[0], p["axis"], p["reverse"], op, eqn.outvars[0].aval)
+
+    return rule
+
+
+_RULES = {
+    **dict.fromkeys(_ELEMENTWISE, _elementwise),
+    **inline_calls(_CALLS),
+    "broadcast_in_dim": _broadcast_in_dim,
+    "reshape": _reshape,
+    "squeeze": _reshape,
+    "transpose": lambda ev, eqn, ins: np.transpose(ins[0], eqn.params["permutation"]),
+    "rev": lambda ev, eqn, ins: np.flip(ins[0], eqn.params["dimensions"]),
+    "slice": _slice,
+    "concatenate": lambda ev, eqn, ins: np.concatenate(ins, axis=eqn.params["dimension"]),
+    "stack": lambda ev, eqn, ins: np.stack(ins, axis=eqn.params["axis"]),
+    "unstack": _unstack,
+    "split": lambda ev, eqn, ins: list(
+        np.split(ins[0], np.cumsum(eqn.params["sizes"])[:-1], axis=eqn.params["axis"])
+    ),
+    "iota": _iota,
+    "pad": lambda ev, eqn, ins: ev.pad(
+        ins[0], ins[1][()], eqn.params["padding_config"], _out(eqn)[1]
+    ),
+    "dot_general": lambda ev, eqn, ins: ev.dot_general(
+        ins[0], ins[1], eqn.params["dimension_numbers"], eqn.outvars[0].aval
+    ),
+    **{name: _reducer(op) for name, op in _REDUCERS.items()},
+    **dict.fromkeys(_INDEXING, lambda ev, eqn, ins: ev.indexing(eqn, ins)),
+    **{name: _cumulative(op) for name, op in _CUMULATIVE.items()},
+}
+_Evaluator.rules = _RULES
 
 
 def scalarized_jaxpr_eval(closed, args, max_size=100):
@@ -496,7 +522,7 @@ def scalarize(fun, *, max_size: int = 100, strict: bool = False):
                     raise
                 return fun(*args)
             if key is not None and program is not _UNCACHEABLE:
-                _remember(key, program)
+                _PROGRAMS.put(key, program)
         if program is _UNCACHEABLE:  # closes over values of an enclosing trace: evaluate here
             closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*leaves)
             try:
@@ -523,8 +549,7 @@ def scalarize(fun, *, max_size: int = 100, strict: bool = False):
 # with hashable fields, functions without a closure) it is kept, as a closed jaxpr, and later
 # calls evaluate it (``jax.core.eval_jaxpr``: bound into the current trace, so every
 # transformation applies as before).
-_PROGRAMS: dict = {}
-_MAX_PROGRAMS = 512
+_PROGRAMS = ProgramCache("scalar programs", maxsize=512, evict="oldest")
 _UNCACHEABLE = object()
 
 
@@ -564,12 +589,6 @@ def _program_key(fun, treedef, static, leaves, max_size):
 
 def _sharding_of(x):
     return getattr(jax.typeof(x), "sharding", None)
-
-
-def _remember(key, program):
-    if len(_PROGRAMS) >= _MAX_PROGRAMS:
-        _PROGRAMS.pop(next(iter(_PROGRAMS)))  # the oldest entry
-    _PROGRAMS[key] = program
 
 
 def _scalar_program(flat, leaves, max_size):

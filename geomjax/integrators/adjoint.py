@@ -58,7 +58,7 @@ stages, each a reverse base step and the VJP of the base step at the rebuilt sta
 Under ``vmap`` the parameter-only part of the step is hoisted out of the backward loop
 (:class:`_Invariant`), small state leaves enter the VJP as scalar entries
 (:mod:`geomjax._internal.scalar_entries`), the per-step part is pruned of dead code
-(:func:`geomjax._internal.dependence.live_eqns`) and the backward carry is written as one
+(:func:`geomjax._internal.jaxpr_eval.live_eqns`) and the backward carry is written as one
 vector (:func:`_packed_carry`): each for a measured reason, with the figures, the alternatives
 tried and what is left, in the documentation's architecture page ("The reversible adjoint's
 backward step").
@@ -76,8 +76,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._internal.dependence import live_eqns
 from .._internal.eager import top_level_options
+from .._internal.jaxpr_eval import known_split, live_eqns
 from .._internal.scalar_entries import (
     ScalarEntries,
     eval_eqns,
@@ -295,16 +295,7 @@ def _split_invariant(static, params, dt, x, u, t, need_dt, sols=None, dt_known=T
         jaxpr = closed.jaxpr
         known = set(jaxpr.constvars) | set(jaxpr.invars[: n_p + dt_known])
         dep = set(jaxpr.invars[:n_p]) | ({jaxpr.invars[n_p]} if need_dt and dt_known else set())
-        k_eqns, u_eqns = [], []
-        for eqn in jaxpr.eqns:
-            ins = [v for v in eqn.invars if not isinstance(v, jc.Literal)]
-            if not eqn.effects and all(v in known for v in ins):
-                k_eqns.append(eqn)
-                known.update(eqn.outvars)
-                if any(v in dep for v in ins):
-                    dep.update(eqn.outvars)
-            else:
-                u_eqns.append(eqn)
+        k_eqns, u_eqns = known_split(jaxpr.eqns, known, dep)
         u_eqns = live_eqns(u_eqns, jaxpr.outvars)
         # residuals: known values read by the per-step part (or returned by it)
         res, seen = [], set()
