@@ -520,7 +520,7 @@ def _run_program(
 
     warm0 = solver.warm_start(problem, us)
     if duals is not None:  # continuing an earlier loop: its multipliers and penalty
-        warm0 = WarmStart(warm0.controls, duals)
+        warm0 = WarmStart(warm0.controls, duals, warm0.extra)
     (xN, warm), (xs, u, err, res, cost, its, stat) = jax.lax.scan(
         body, (x0, warm0), jnp.arange(steps, dtype=jnp.int32)
     )

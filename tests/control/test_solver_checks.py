@@ -27,7 +27,7 @@ from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, LEGACY_EMITTERS
 from geomjax.control.examples import attitude_problem
 from geomjax.control.mpc import MPC, OnlineMPC, _retarget, run_mpc
 from geomjax.control.sensitivity import solve_ocp_implicit
-from geomjax.control.trajopt import DDP, ILQR, solve_ocp
+from geomjax.control.trajopt import DDP, ILQR, WarmStart, solve_ocp
 from geomjax.control.trajopt.solvers import default_tol
 from geomjax.integrators import SemiImplicitEuler
 
@@ -391,7 +391,7 @@ def test_backward_pass_equals_a_plain_reference(bounded, second_order):
 
     def ours(J, grad, hess, VxN, VxxN, gaps, us, kp):
         lin = Linearization(NodeDerivatives(gap=gaps, J=J, grad=grad, hess=hess), VxN, VxxN)
-        state = solver.init(prob, prob.rollout(us), us, False, 1, k=kp)
+        state = solver.init(prob, prob.rollout(us), us, False, WarmStart(us, extra=kp))
         out = solver.backward_pass(prob, state, lin, reg)
         return out, out.ok
 

@@ -47,8 +47,10 @@ and is accepted on the expected improvement ``α (d₁ + α d₂/2)`` (crocoddyl
 variant is a subclass that overrides one (:class:`DDP` its ``quadratic_model``,
 :class:`StrictFDDP` its ``accepts``).
 
-Everything runs in one compiled ``lax.while_loop`` with a fixed iteration cap; a batch of problems
-runs under ``jax.vmap`` (each member stops on its own: a finished member's iterate no longer
+Everything runs in one compiled ``lax.while_loop`` with a fixed iteration cap, the driver's
+(:func:`.loop.iterate`: the cap, the :class:`History`, the non-finite check; a solver of one's
+own provides ``init``/``step``/``terminate``/``postprocess``, :class:`AbstractOCPSolver`); a batch
+of problems runs under ``jax.vmap`` (each member stops on its own: a finished member's iterate no longer
 changes).  Results: :class:`OCPSolution` with a status (:attr:`OCPSolution.stop_reason`,
 :meth:`OCPSolution.check`) and a per-iteration history.
 """
@@ -57,6 +59,7 @@ from .backward import BackwardPass, box_qp
 from .chart import AbstractStateChart, EuclideanChart, LieGroupChart
 from .line_search import ExpectedImprovement, Trial
 from .linearize import Linearization, NodeDerivatives
+from .loop import History
 from .problem import Actuated, OptimalControlProblem, ResidualCost
 from .solution import OCPSolution
 from .solve import quasi_static_controls, solve_ocp
@@ -85,6 +88,7 @@ __all__ = [
     "DDPState",
     "EuclideanChart",
     "ExpectedImprovement",
+    "History",
     "LieGroupChart",
     "Linearization",
     "NodeDerivatives",

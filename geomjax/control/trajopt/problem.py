@@ -257,6 +257,15 @@ class OptimalControlProblem(eqx.Module):
         term = 0.0 if self.terminal_cost is None else self.terminal_cost(xN)
         return self.dt * jnp.sum(run) + term
 
+    def augmented_cost(self, xs, us, duals):
+        """The augmented Lagrangian of a trajectory at the multipliers and penalty ``duals``
+        (``OCPSolution.duals``, or ``WarmStart.duals`` of an inner solve of
+        :class:`~geomjax.control.trajopt.AugmentedLagrangian`: the cost that solve minimizes):
+        ``Σ_k [dt · l + λ_kᵀ c_E + ρ/2 |c_E|² + (|max(0, μ_k + ρ c_I)|² − |μ_k|²)/(2ρ)] + Φ``
+        plus the terminal constraints' terms likewise (Powell–Hestenes–Rockafellar); ``J``
+        itself without constraints."""
+        return total_cost(self, xs, us, duals)
+
     def violation(self, xs, us):
         """Largest constraint violation (equalities ``|c|``, inequalities ``max(c, 0)``) and
         bound violation of a trajectory; 0 without constraints."""

@@ -33,8 +33,11 @@ class OCPSolution(eqx.Module):
         controls: controls ``(steps, m)``.
         K, k: feedback and feedforward gains of the last backward pass ``(steps, m, n)``,
             ``(steps, m)`` (``u = ū + K (x ⊖ x̄)`` near the optimum).
-        cost: ``J`` at the solution (without constraint terms).
-        violation: largest constraint/bound violation.
+        cost: ``J`` at the solution (without constraint terms; of an inner solve of
+            :class:`AugmentedLagrangian`, the augmented cost it minimized at its fixed
+            multipliers).
+        violation: largest constraint/bound violation (``inf`` while the trajectory has gaps:
+            a multiple-shooting start the solve did not close).
         status: status code (:class:`geomjax.results.Status`; see :attr:`stop_reason`,
             :attr:`message`).
         iterations: iterations run (inner iterations in total for :class:`AugmentedLagrangian`).

@@ -19,7 +19,7 @@ from ...systems.base import AbstractSystem
 from .loop import Monitor, iterate
 from .problem import Duals, OptimalControlProblem, zero_duals
 from .solution import NONFINITE, OCPSolution
-from .solvers import DDP, AbstractOCPSolver, with_defaults
+from .solvers import DDP, AbstractOCPSolver, WarmStart, with_defaults
 
 __all__ = ["quasi_static_controls", "solve_ocp"]
 
@@ -104,12 +104,8 @@ def _solve_traced(problem, solver, us, xs, max_iters, monitor=False, duals=None)
     else:
         xs = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), xs, problem.state0)
         feasible = False
-    if duals is None:
-        state = solver.init(problem, xs, us, feasible, max_iters)
-    else:
-        state = solver.init(problem, xs, us, feasible, max_iters, duals=duals)
-    state = iterate(problem, solver, state, monitor)
-    return solver.postprocess(problem, state)
+    warm = None if duals is None else WarmStart(us, duals)
+    return iterate(problem, solver, xs, us, feasible, max_iters, warm, monitor)
 
 
 # An eager solve is a program of its own: compiled with XLA:CPU's legacy elemental emitters,
@@ -199,9 +195,11 @@ def solve_ocp(
     iteration (NaN before it), and there is no progress bar unless ``progress=True`` asks for
     one (then the program is not cached).
 
-    Jittable and vmappable (one compiled ``lax.while_loop``).  Eagerly, a cost or dynamics that is
-    not finite at the initial guess raises ``ValueError``; any other failure is reported in
-    :attr:`OCPSolution.status` (see :meth:`OCPSolution.check`)."""
+    Jittable and vmappable (one compiled ``lax.while_loop``: the driver
+    :func:`~geomjax.control.trajopt.loop.iterate`, which owns the iteration cap, the history and
+    the non-finite check).  Eagerly, a cost or dynamics that is not finite (at the initial
+    guess, or left by a step: status 3 ``"nonfinite"``) raises ``ValueError``; any other failure
+    is reported in :attr:`OCPSolution.status` (see :meth:`OCPSolution.check`)."""
     if not isinstance(problem, OptimalControlProblem):
         raise ValueError(
             f"solve_ocp: argument 'problem' must be an OptimalControlProblem, got {type(problem)}"
@@ -272,8 +270,14 @@ def solve_ocp(
         sol = eqx.tree_at(lambda s_: s_.history, sol, history)
     r = sol.status
     if not is_traced(r) and np.asarray(r).shape == () and int(r) == NONFINITE:
+        ran = int(sol.iterations)
+        where = (
+            "at the initial guess (arguments 'controls'/'states')"
+            if ran == 0
+            else f"after {ran} iterations (the solver's step left a cost that is not finite)"
+        )
         raise ValueError(
             "solve_ocp: the cost (argument 'stage_cost' or 'terminal_cost' of the problem) or the "
-            "dynamics returned NaN or inf at the initial guess (arguments 'controls'/'states')"
+            f"dynamics returned NaN or inf {where}"
         )
     return sol

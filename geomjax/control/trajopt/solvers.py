@@ -1,6 +1,7 @@
 """The solvers as values (the way optimistix and diffrax separate a solver from its driver): each
 provides ``init`` / ``step`` / ``terminate`` / ``postprocess`` and :func:`solve_ocp` runs any of them
-through one loop (:func:`.loop.iterate`), so a new solver needs no edit of the loop.
+through one driver (:func:`.loop.iterate`, which owns the iteration cap, the history and the
+non-finite check), so a new solver needs no edit of the loop.
 
 * :class:`ILQR` and :class:`DDP` (:class:`AbstractDDPSolver`): linearize every node
   (:mod:`.linearize`), run the Riccati recursion with the box QP (:mod:`.backward`) under a
@@ -13,7 +14,6 @@ through one loop (:func:`.loop.iterate`), so a new solver needs no edit of the l
 from __future__ import annotations
 
 import abc
-import dataclasses
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -31,7 +31,7 @@ from .line_search import (
     line_search,
 )
 from .linearize import Linearization, NodeDerivatives, dynamics_curvature, linearize_nodes
-from .loop import iterate
+from .loop import History, iterate
 from .problem import Duals, constraint_values, total_cost, tree_index, zero_duals
 from .solution import CONSTRAINTS, MAX_ITERS, NONFINITE, REG_LIMIT, SUCCESSFUL, OCPSolution
 
@@ -51,24 +51,34 @@ __all__ = [
 
 
 class WarmStart(eqx.Module):
-    """What a solver carries from one model-predictive-control tick to the next (the warm-start
-    protocol of :class:`AbstractOCPSolver`; :class:`~geomjax.control.MPCPlan` holds it).
+    """What a solve leaves for the next one (the warm-start protocol of
+    :class:`AbstractOCPSolver`): from one model-predictive-control tick to the next
+    (:class:`~geomjax.control.MPCPlan` holds it), and from one inner solve of an
+    :class:`AugmentedLagrangian` to the next.
 
     Fields:
         controls: ``(N, m)`` the controls the next solve starts from.
-        duals: the augmented-Lagrangian multipliers and penalty it starts from
-            (:class:`AugmentedLagrangian`; ``None`` for the DDP-type solvers, which carry the
-            controls only).
+        duals: the augmented-Lagrangian multipliers and penalty (:class:`AugmentedLagrangian`:
+            those its solve starts from; an inner solver: those of the augmented cost it
+            minimizes, :meth:`~geomjax.control.trajopt.OptimalControlProblem.augmented_cost`);
+            ``None`` for a solver that carries none.
+        extra: the solver's own rest of a warm start, arrays with a leading node axis ``(N,
+            …)`` (``None`` if none): the DDP-type solvers' feedforward gains ``k`` of the last
+            backward pass, which start the next box QPs.  An augmented Lagrangian hands it from
+            one inner solve to the next; model predictive control starts each tick's solve from
+            the controls and duals alone (``solve_ocp(problem, solver, warm.controls,
+            duals=warm.duals)``).
     """
 
     controls: jax.Array
     duals: Any = None
+    extra: Any = None
 
     def shifted(self) -> WarmStart:
         """This warm start moved one node along the horizon, the last node repeated:
-        ``(ū_1, …, ū_{N−1}, ū_{N−1})`` and the path multipliers likewise (a receding horizon's
-        next solve starts one control step later); the terminal multipliers and the penalty are
-        kept."""
+        ``(ū_1, …, ū_{N−1}, ū_{N−1})`` and the path multipliers and ``extra`` likewise (a
+        receding horizon's next solve starts one control step later); the terminal multipliers
+        and the penalty are kept."""
 
         def shift(a):
             return jnp.concatenate([a[1:], a[-1:]])
@@ -82,58 +92,122 @@ class WarmStart(eqx.Module):
                 duals.term_ineq,
                 duals.penalty,
             )
-        return WarmStart(shift(self.controls), duals)
+        return WarmStart(shift(self.controls), duals, jax.tree_util.tree_map(shift, self.extra))
+
+
+# --- the per-iteration records (the driver writes their rows) ----------------------------
+class DDPHistory(History):
+    """Per-iteration record of a DDP-type solve, arrays ``(max_iters,)`` (NaN after the last
+    iteration); :attr:`OCPSolution.history` is its :meth:`as_dict`.
+
+    Fields:
+        cost: ``J`` before the step (the augmented-Lagrangian terms included).
+        gap: largest multiple-shooting defect before the step.
+        reg: the regularization the backward pass succeeded with.
+        step: the accepted step length ``α`` (0 when none was).
+        stop: the expected improvement of a full step ``|d₁ + d₂/2|``.
+        time: wall seconds at the end of the iteration (filled in by an eager
+            :func:`~geomjax.control.trajopt.solve_ocp`).
+    """
+
+    cost: jax.Array
+    gap: jax.Array
+    reg: jax.Array
+    step: jax.Array
+    stop: jax.Array
+    time: jax.Array
+
+
+class ALHistory(History):
+    """Per-outer-iteration record of an :class:`AugmentedLagrangian` solve, arrays
+    ``(max_outer,)`` (NaN after the last): ``cost`` (without constraint terms), ``violation``,
+    ``penalty``, ``inner_iterations``, ``time`` (eager solves), and of the inner solve's last
+    iteration ``stop`` (its ``|d₁ + d₂/2|``), ``step_from`` and ``step_to`` (the augmented cost
+    before and after it: what model predictive control measures stationarity from)."""
+
+    cost: jax.Array
+    violation: jax.Array
+    penalty: jax.Array
+    inner_iterations: jax.Array
+    time: jax.Array
+    stop: jax.Array
+    step_from: jax.Array
+    step_to: jax.Array
 
 
 class AbstractOCPSolver(eqx.Module):
-    """What a solver of :func:`~geomjax.control.trajopt.solve_ocp` provides.  The driver runs
+    """What a solver of :func:`~geomjax.control.trajopt.solve_ocp` provides: its algorithm, as
+    optimistix's minimisers provide theirs to its driver.  The driver
+    (:func:`~geomjax.control.trajopt.loop.iterate`) runs
 
-        state = solver.init(problem, xs, us, feasible, max_iters)
-        while not solver.terminate(problem, state)[0]:
-            state = solver.step(problem, state)
-        return solver.postprocess(problem, state)
+        state = solver.init(problem, xs, us, feasible, warm)
+        i = 0
+        while not solver.terminate(problem, state)[0] and i < max_iters and isfinite(state.cost):
+            state, record = solver.step(problem, state)
+            history = history.record(i, **record);  i += 1
+        return solver.postprocess(problem, state, i, status, history)
 
-    as one ``lax.while_loop``.  A state is a pytree with at least the fields ``it`` (iterations
-    run) and ``cost`` (reported to the progress monitor of an eager solve after each step).
-    ``handles_constraints``: whether the solver takes path/terminal constraints (else
-    :func:`solve_ocp` refuses a constrained problem).
+    as one ``lax.while_loop``, and owns the bookkeeping: the iteration counter, the cap
+    ``max_iters``, the history (a :attr:`history_type` of ``max_iters`` rows, NaN after the last
+    iteration: :attr:`OCPSolution.history`), the non-finite check (an initial cost that is NaN
+    or inf runs no iteration; a step that leaves one stops the loop; both status 3
+    ``"nonfinite"``) and the cap's status (1 ``"max_iters"``, see :meth:`terminate`).
 
-    The warm-start protocol (what :class:`~geomjax.control.MPC` needs of a solver;
-    ``warm_startable`` says whether a solver implements it): a :class:`WarmStart` before the
-    first tick (:meth:`warm_start`), the one a solve leaves (:meth:`warm_start_from`), moved one
-    node along the horizon by :meth:`WarmStart.shifted`; a solve starts from it as
-    ``solve_ocp(problem, solver, warm.controls, duals=warm.duals)``.  Per tick,
-    :meth:`tick_status` is the status of a solve stopped at its cap and :meth:`last_iteration`
-    what the controller measures its stationarity from."""
+    A state is a pytree with at least a scalar field ``cost``: the objective at the iterate
+    (the driver checks it is finite and reports it to the progress monitor of an eager
+    solve).  ``handles_constraints``: whether the solver takes path/terminal constraints (else
+    :func:`solve_ocp` refuses a constrained problem).  ``history_type``: the solver's
+    per-iteration record (:class:`History` subclass: its field names).
+
+    The warm-start protocol (what :class:`~geomjax.control.MPC` and :class:`AugmentedLagrangian`
+    need of a solver; ``warm_startable`` says whether a solver implements it): a
+    :class:`WarmStart` before the first solve (:meth:`warm_start`), the one a solve leaves
+    (:meth:`warm_start_from`, of the same structure), moved one node along the horizon by
+    :meth:`WarmStart.shifted`; a solve starts from it as ``solve_ocp(problem, solver,
+    warm.controls, duals=warm.duals)`` (model predictive control), or as the driver's ``init(...,
+    warm)`` (an augmented Lagrangian's inner solves).  Per tick, :meth:`tick_status` is the
+    status of a solve stopped at its cap and :meth:`last_iteration` what the controller
+    measures its stationarity from (and what an augmented Lagrangian records of each inner
+    solve)."""
 
     handles_constraints: ClassVar[bool] = False
     warm_startable: ClassVar[bool] = False
+    history_type: ClassVar[type[History]] = History
 
     @abc.abstractmethod
-    def init(self, problem, xs, us, feasible, max_iters: int):
+    def init(self, problem, xs, us, feasible, warm: WarmStart | None = None):
         """The state before the first step, from the initial trajectory ``xs`` (a rollout of
-        ``us`` when ``feasible``, else a multiple-shooting guess); ``max_iters`` is static."""
+        ``us`` when ``feasible``, else a multiple-shooting guess) and the rest of a warm start
+        ``warm`` (its ``duals`` and ``extra``; its controls are ``us``), or None."""
 
     @abc.abstractmethod
     def step(self, problem, state):
-        """One iteration."""
+        """One iteration: ``(state, record)``, the new state and the iteration's values of
+        the fields of :attr:`history_type` (a dict by name; a field left out stays NaN)."""
 
     @abc.abstractmethod
     def terminate(self, problem, state):
-        """``(done, status)``: whether to stop, and the status code (:mod:`.solution`)."""
+        """``(done, status)``: whether the solver stops on its own (converged, or a failure of
+        its own), and the status code (:mod:`.solution`).  While not done, ``status`` is
+        ``SUCCESSFUL`` (0), or the failure a solve stopped by the cap reports (an augmented
+        Lagrangian's ``CONSTRAINTS``, 4): the driver reports a capped solve of status 0 as 1
+        ``"max_iters"``, as optimistix's driver reports ``max_steps_reached``."""
 
     @abc.abstractmethod
-    def postprocess(self, problem, state) -> OCPSolution:
-        """The :class:`~geomjax.control.trajopt.OCPSolution` of the final state."""
+    def postprocess(self, problem, state, iterations, status, history) -> OCPSolution:
+        """The :class:`~geomjax.control.trajopt.OCPSolution` of the final state, with what the
+        driver knows: the ``iterations`` run, the final ``status`` and the ``history`` (a
+        :attr:`history_type`)."""
 
-    # --- the warm-start protocol (model predictive control) -----------------------------------
+    # --- the warm-start protocol (model predictive control, augmented Lagrangian) -------------
     def warm_start(self, problem, controls) -> WarmStart:
-        """The warm start of the first tick from the controls ``(N, m)`` (default: the controls
-        alone)."""
+        """The warm start of the first solve from the controls ``(N, m)`` (default: the
+        controls alone)."""
         return WarmStart(controls)
 
     def warm_start_from(self, problem, solution: OCPSolution) -> WarmStart:
-        """What a solve leaves for the next one, before the shift (default: its controls)."""
+        """What a solve leaves for the next one, before the shift (default: its controls); of
+        the structure of :meth:`warm_start`'s."""
         return WarmStart(solution.controls)
 
     def tick_status(self, problem, solution: OCPSolution):
@@ -164,8 +238,9 @@ class AbstractDDPSolver(AbstractOCPSolver):
         trial = line_search(state, direction, improvement)     # tryStep + accepts, α = 1, ½, …
         reg = update_regularization(reg, trial, converged)        # {in,de}creaseRegularization
 
-    and records the iteration in the :class:`DDPHistory`.  The methods are traced inside the
-    solver's ``lax.while_loop``: jittable code of arrays, no Python control flow on values.
+    and returns the iteration's :class:`DDPHistory` row for the driver to record.  The methods
+    are traced inside the driver's ``lax.while_loop``: jittable code of arrays, no Python
+    control flow on values.
 
     Fields:
         tol: stop once the iterate is feasible (no gaps) and the expected improvement of a full
@@ -209,13 +284,14 @@ class AbstractDDPSolver(AbstractOCPSolver):
     Stopping tests, checked once per iteration in this order (status codes of
     :mod:`geomjax.control.status`; ``OCPSolution.status`` and ``stop_reason``):
 
-    * the initial cost is NaN or inf: no iteration is run, status 3 ``"nonfinite"``;
+    * the initial cost is NaN or inf: no iteration is run, status 3 ``"nonfinite"`` (the
+      driver's test);
     * ``tol`` (above) passed: status 0 ``"converged"``;
     * the regularization limit: the backward pass fails even at ``reg_max``, or no step length
       is accepted and the raised regularization reaches ``reg_max``: status 2
       ``"regularization_limit"`` (no descent step found: an infeasible or ill-posed problem);
     * ``max_iters`` (an argument of :func:`~geomjax.control.trajopt.solve_ocp`, default 100)
-      iterations run without either: status 1 ``"max_iters"``.
+      iterations run without either: status 1 ``"max_iters"`` (the driver's cap).
     """
 
     tol: float | None = None
@@ -231,25 +307,41 @@ class AbstractDDPSolver(AbstractOCPSolver):
     reg_decrease: float | None = None
     warm_startable: ClassVar[bool] = True
 
+    history_type: ClassVar[type[History]] = DDPHistory
+
     def last_iteration(self, solution: OCPSolution):
         it = solution.iterations
         i = jnp.maximum(it - 1, 0)
         return it, solution.history["stop"][i], solution.history["cost"][i], solution.cost
 
-    def init(self, problem, xs, us, feasible, max_iters: int, duals=None, k=None) -> DDPState:
-        """Also: ``duals``, the augmented-Lagrangian multipliers and penalty held fixed during
-        the solve (default: none), and ``k``, the warm start of the box QPs' feedforward."""
-        return _ddp_init(self, problem, xs, us, feasible, max_iters, duals, k)
+    def warm_start(self, problem, controls) -> WarmStart:
+        """The controls, and zero feedforward gains ``k`` ``(N, m)`` (``extra``)."""
+        k = jnp.zeros((problem.steps, problem.control_dim), problem.dtype)
+        return WarmStart(controls, None, k)
 
-    def step(self, problem, state: DDPState) -> DDPState:
-        """One iteration: the phases in the order of the class docstring."""
+    def warm_start_from(self, problem, solution: OCPSolution) -> WarmStart:
+        """The controls, and the feedforward gains ``k`` of the last backward pass
+        (``extra``: the start of the next box QPs)."""
+        return WarmStart(solution.controls, None, solution.k)
+
+    def init(self, problem, xs, us, feasible, warm: WarmStart | None = None) -> DDPState:
+        """From ``warm`` (optional): ``duals``, the augmented-Lagrangian multipliers and penalty
+        held fixed during the solve (default: none), and ``extra``, the warm start of the box
+        QPs' feedforward ``k`` (default: zeros)."""
+        duals = None if warm is None else warm.duals
+        k = None if warm is None else warm.extra
+        return _ddp_init(self, problem, xs, us, feasible, duals, k)
+
+    def step(self, problem, state: DDPState):
+        """One iteration: the phases in the order of the class docstring; ``(state, record)``
+        (the record: the :class:`DDPHistory` row)."""
         return _ddp_step(self, problem, state)
 
     def terminate(self, problem, state: DDPState):
         return state.done, state.result
 
-    def postprocess(self, problem, state: DDPState) -> OCPSolution:
-        return _ddp_postprocess(problem, state)
+    def postprocess(self, problem, state: DDPState, iterations, status, history) -> OCPSolution:
+        return _ddp_postprocess(problem, state, iterations, status, history)
 
     # --- the phases ---------------------------------------------------------------------------
     def linearize(self, problem, state: DDPState) -> Linearization:
@@ -450,16 +542,30 @@ class StrictFDDP(ILQR):
 
 class AugmentedLagrangian(AbstractOCPSolver):
     """Augmented-Lagrangian outer loop (Powell–Hestenes–Rockafellar; Howell, Jackson & Manchester,
-    *ALTRO*, IROS 2019, §III) around an inner :class:`ILQR`/:class:`DDP` solve, for the path and
-    terminal equality/inequality constraints (control bounds stay in the inner box QP).
+    *ALTRO*, IROS 2019, §III) around an inner solve (:class:`ILQR`, :class:`DDP`, or any
+    warm-startable solver), for the path and terminal equality/inequality constraints (control
+    bounds stay with the inner solver: the DDP-type solvers' box QP).
 
     Each outer iteration solves the inner problem with ``J + Σ λᵀc + ρ/2 |c|²`` (inequalities by
     their PHR term) for at most ``inner_iters`` iterations, then ``λ ← λ + ρ c`` (``max(0, ·)``
     for inequalities) and ``ρ ← penalty_factor · ρ`` when the violation did not drop below
     ``¼`` of its previous value (up to ``penalty_max``).
 
+    The inner solver is used through the public protocol of :class:`AbstractOCPSolver` only:
+    each inner solve runs through the same driver as a solve of its own (``inner_iters`` its
+    cap), from ``init(problem, xs, us, feasible, warm)`` with ``warm.duals`` the multipliers and
+    penalty of the augmented cost it minimizes
+    (:meth:`~geomjax.control.trajopt.OptimalControlProblem.augmented_cost`), ``warm.extra``
+    what its last solve left (:meth:`~AbstractOCPSolver.warm_start_from`; the DDP-type solvers'
+    feedforward gains); its :class:`~geomjax.control.trajopt.OCPSolution` gives the iterate
+    (``states``, ``controls``; ``violation`` infinite while gaps remain), ``status``,
+    ``iterations``, the gains ``K``, ``k`` (``(N, m, n)``, ``(N, m)``; zeros for a solver
+    without gains) and its cost (the augmented cost it minimized), and
+    :meth:`~AbstractOCPSolver.last_iteration` what the history records of it.
+
     Fields:
-        inner: the inner solver (default ``ILQR()``), with its own ``tol`` and regularization.
+        inner: the inner solver (default ``ILQR()``), with its own ``tol`` and regularization: a
+            warm-startable :class:`AbstractOCPSolver` that takes no constraints.
         inner_iters: the iteration cap of each inner solve (default 50).
         constraint_tol: the largest constraint violation accepted (default 1e-6, absolute: the
             largest ``|c|`` of the equalities and ``max(c, 0)`` of the inequalities ``c ≤ 0``,
@@ -488,7 +594,7 @@ class AugmentedLagrangian(AbstractOCPSolver):
     *ALTRO*, IROS 2019, §III and its model-predictive-control section).
     """
 
-    inner: AbstractDDPSolver = ILQR()
+    inner: AbstractOCPSolver = ILQR()
     inner_iters: int = eqx.field(static=True, default=50)
     constraint_tol: float = 1e-6
     penalty_init: float = 10.0
@@ -496,12 +602,19 @@ class AugmentedLagrangian(AbstractOCPSolver):
     penalty_max: float = 1e10
     handles_constraints: ClassVar[bool] = True
     warm_startable: ClassVar[bool] = True
+    history_type: ClassVar[type[History]] = ALHistory
 
     def __check_init__(self):
-        if not isinstance(self.inner, AbstractDDPSolver):
+        inner = self.inner
+        if not (
+            isinstance(inner, AbstractOCPSolver)
+            and inner.warm_startable
+            and not inner.handles_constraints
+        ):
             raise ValueError(
-                "AugmentedLagrangian: argument 'inner' must be ILQR(), DDP(), StrictFDDP() or "
-                f"another AbstractDDPSolver, got {self.inner!r}"
+                "AugmentedLagrangian: argument 'inner' must be a warm-startable solver of the "
+                "unconstrained problem (ILQR(), DDP(), StrictFDDP(), or an AbstractOCPSolver "
+                f"with warm_startable = True that takes no constraints), got {inner!r}"
             )
         if not (isinstance(self.inner_iters, int | np.integer) and self.inner_iters >= 1):
             raise ValueError(
@@ -532,11 +645,12 @@ class AugmentedLagrangian(AbstractOCPSolver):
                 f"({given['penalty_init']!r}), got {given['penalty_max']!r}"
             )
 
-    def init(self, problem, xs, us, feasible, max_iters: int, duals=None):
-        """Also: ``duals``, the multipliers and penalty to start from (default: zero
-        multipliers, the penalty ``penalty_init``; an earlier solution's ``duals``: a warm
-        start)."""
-        return _al_init(self, problem, xs, us, feasible, max_iters, duals)
+    def init(self, problem, xs, us, feasible, warm: WarmStart | None = None):
+        """From ``warm`` (optional): its ``duals``, the multipliers and penalty to start from
+        (default: zero multipliers, the penalty ``penalty_init``; an earlier solution's
+        ``duals``: a warm start)."""
+        duals = None if warm is None else warm.duals
+        return _al_init(self, problem, xs, us, feasible, duals)
 
     def step(self, problem, state):
         return _al_step(self, problem, state)
@@ -544,8 +658,10 @@ class AugmentedLagrangian(AbstractOCPSolver):
     def terminate(self, problem, state):
         return state.done, state.result
 
-    def postprocess(self, problem, state) -> OCPSolution:
-        return _al_postprocess(problem, state)
+    def postprocess(self, problem, state, iterations, status, history) -> OCPSolution:
+        """``iterations`` of the solution: the inner iterations in total (the driver's count,
+        of outer iterations, is the number of finite rows of the history)."""
+        return _al_postprocess(problem, state, status, history)
 
     def warm_start(self, problem, controls) -> WarmStart:
         """The controls, zero multipliers and the penalty ``penalty_init``."""
@@ -630,68 +746,25 @@ def default_tol(solver, dtype):
     :class:`AugmentedLagrangian`'s: its inner solver's)."""
     if isinstance(solver, AugmentedLagrangian):
         solver = solver.inner
-    if solver.tol is not None:
-        return solver.tol
+    tol = getattr(solver, "tol", None)  # a solver of its own may have no tolerance
+    if tol is not None:
+        return tol
     return 1e-10 if jnp.finfo(dtype).bits > 32 else 1e-5
 
 
 # --- ILQR / DDP -------------------------------------------------------------------------------
-class History(eqx.Module):
-    """A per-iteration record: every field an array ``(max_iters,)``, NaN after the last
-    iteration."""
-
-    @property
-    def max_iters(self) -> int:
-        return getattr(self, dataclasses.fields(self)[0].name).shape[0]
-
-    def record(self, it, **values):
-        """The history with entry ``it`` of each named field set to its value."""
-        new = {k: getattr(self, k).at[it].set(v) for k, v in values.items()}
-        return eqx.tree_at(lambda h: [getattr(h, k) for k in new], self, list(new.values()))
-
-    def as_dict(self) -> dict:
-        """The fields by name (:attr:`OCPSolution.history`)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-class DDPHistory(History):
-    """Per-iteration record of a DDP-type solve, arrays ``(max_iters,)`` (NaN after the last
-    iteration); :attr:`OCPSolution.history` is its :meth:`as_dict`.
-
-    Fields:
-        cost: ``J`` before the step (the augmented-Lagrangian terms included).
-        gap: largest multiple-shooting defect before the step.
-        reg: the regularization the backward pass succeeded with.
-        step: the accepted step length ``α`` (0 when none was).
-        stop: the expected improvement of a full step ``|d₁ + d₂/2|``.
-        time: wall seconds at the end of the iteration (filled in by an eager
-            :func:`~geomjax.control.trajopt.solve_ocp`).
-    """
-
-    cost: jax.Array
-    gap: jax.Array
-    reg: jax.Array
-    step: jax.Array
-    stop: jax.Array
-    time: jax.Array
-
-    @classmethod
-    def empty(cls, max_iters: int, dtype) -> DDPHistory:
-        nan = jnp.full((max_iters,), jnp.nan, dtype)
-        return cls(cost=nan, gap=nan, reg=nan, step=nan, stop=nan, time=nan)
-
-
 class DDPState(eqx.Module):
-    """The state of a DDP-type solve between iterations.
+    """The state of a DDP-type solve between iterations (the driver holds the iteration count
+    and the history).
 
     Fields:
         xs, us: the iterate (states with a leading axis ``(steps + 1,)``, controls).
         cost: its cost, the augmented-Lagrangian terms of ``duals`` included.
         feasible: whether ``xs`` is a rollout of ``us`` (no gaps).
         reg: the regularization the next backward pass starts from.
-        it: iterations run; result: status code; done: whether to stop.
+        result: status code (0, or 2 once the regularization limit is hit); done: whether the
+            solver stops on its own (converged, or the regularization limit).
         K, k: the gains of the last backward pass (``k`` warm-starts the next box QPs).
-        hist: :class:`DDPHistory`.
         duals: the augmented-Lagrangian multipliers and penalty, fixed during the solve.
     """
 
@@ -700,40 +773,35 @@ class DDPState(eqx.Module):
     cost: jax.Array
     feasible: jax.Array
     reg: jax.Array
-    it: jax.Array
     result: jax.Array
     done: jax.Array
     K: jax.Array
     k: jax.Array
-    hist: DDPHistory
     duals: Any
 
 
-def _ddp_init(solver, problem, xs, us, feasible, max_iters, duals=None, k=None):
+def _ddp_init(solver, problem, xs, us, feasible, duals=None, k=None):
     dtype = problem.dtype
     n = problem.chart.dim(problem.system, problem.state0)
     m, N = problem.control_dim, problem.steps
     duals = zero_duals(problem) if duals is None else duals
-    cost0 = total_cost(problem, xs, us, duals)
-    finite0 = jnp.isfinite(cost0)
     return DDPState(
         xs=xs,
         us=us,
-        cost=cost0,
+        cost=total_cost(problem, xs, us, duals),
         feasible=jnp.asarray(feasible),
         reg=jnp.asarray(solver.reg_init, dtype),
-        it=jnp.zeros((), jnp.int32),
-        result=jnp.where(finite0, MAX_ITERS, NONFINITE).astype(jnp.int32),
-        done=~finite0,
+        result=jnp.asarray(SUCCESSFUL, jnp.int32),
+        done=jnp.zeros((), bool),
         K=jnp.zeros((N, m, n), dtype),
         k=jnp.zeros((N, m), dtype) if k is None else k,
-        hist=DDPHistory.empty(max_iters, dtype),
         duals=duals,
     )
 
 
-def _ddp_step(solver: AbstractDDPSolver, problem, s: DDPState) -> DDPState:
-    """One iteration: the phases of :class:`AbstractDDPSolver`, then the new state."""
+def _ddp_step(solver: AbstractDDPSolver, problem, s: DDPState):
+    """One iteration: the phases of :class:`AbstractDDPSolver`, then the new state and the
+    iteration's :class:`DDPHistory` row."""
     lin = solver.linearize(problem, s)
     reg, direction = solver.compute_direction(problem, s, lin)
     improvement = solver.expected_improvement(problem, lin, direction)
@@ -747,100 +815,64 @@ def _ddp_step(solver: AbstractDDPSolver, problem, s: DDPState) -> DDPState:
     reg1 = solver.update_regularization(reg, trial, converged)
     give_up = (~direction.ok | (~accepted & ~converged)) & (reg1 >= solver.reg_max)
     result = jnp.where(converged, SUCCESSFUL, jnp.where(give_up, REG_LIMIT, s.result))
-    done = converged | give_up | (s.it + 1 >= s.hist.max_iters)
-    hist = s.hist.record(
-        s.it,
+    record = dict(
         cost=s.cost,
         gap=jnp.max(jnp.abs(lin.nodes.gap), initial=0.0),
         reg=reg,
         step=jnp.where(accepted, trial.alpha, 0.0),
         stop=stop,
     )
-    return DDPState(
+    state = DDPState(
         xs=xs1,
         us=us1,
         cost=cost1,
         feasible=feasible1,
         reg=reg1,
-        it=s.it + 1,
         result=result.astype(jnp.int32),
-        done=done,
+        done=converged | give_up,
         K=direction.K,
         k=direction.k,
-        hist=hist,
         duals=s.duals,
     )
+    return state, record
 
 
-def _ddp_postprocess(problem, s: DDPState) -> OCPSolution:
-    # without constraint terms the state's cost is the trajectory's cost (Σ dt·l + Φ, summed in
-    # another order): no further traced copy of the costs in the solver's program (the
-    # quadrotor's SE(3) logarithms were an eighth of it)
-    cost = problem.cost(s.xs, s.us) if problem.constrained else s.cost
+def _ddp_postprocess(problem, s: DDPState, iterations, status, history) -> OCPSolution:
+    # the cost the solve minimized: the state's (Σ dt·l + Φ, plus the augmented-Lagrangian
+    # terms of the duals held fixed in an inner solve); no further traced copy of the costs in
+    # the solver's program (the quadrotor's SE(3) logarithms were an eighth of it)
     return OCPSolution(
         times=_node_times(problem),
         states=s.xs,
         controls=s.us,
         K=s.K,
         k=s.k,
-        cost=cost,
+        cost=s.cost,
         violation=jnp.maximum(
             problem.violation(s.xs, s.us),
             jnp.where(s.feasible, 0.0, jnp.inf),  # gaps left open: not a trajectory
         ),
-        status=s.result,
-        iterations=s.it,
-        history=s.hist.as_dict(),
+        status=status,
+        iterations=iterations,
+        history=history.as_dict(),
         duals=s.duals,
     )
 
 
 # --- augmented Lagrangian ---------------------------------------------------------------------
-class ALHistory(History):
-    """Per-outer-iteration record of an :class:`AugmentedLagrangian` solve, arrays
-    ``(max_outer,)`` (NaN after the last): ``cost`` (without constraint terms), ``violation``,
-    ``penalty``, ``inner_iterations``, ``time`` (eager solves), and of the inner solve's last
-    iteration ``stop`` (its ``|d₁ + d₂/2|``), ``step_from`` and ``step_to`` (the augmented cost
-    before and after it: what model predictive control measures stationarity from)."""
-
-    cost: jax.Array
-    violation: jax.Array
-    penalty: jax.Array
-    inner_iterations: jax.Array
-    time: jax.Array
-    stop: jax.Array
-    step_from: jax.Array
-    step_to: jax.Array
-
-    @classmethod
-    def empty(cls, max_outer: int, dtype) -> ALHistory:
-        nan = jnp.full((max_outer,), jnp.nan, dtype)
-        return cls(
-            cost=nan,
-            violation=nan,
-            penalty=nan,
-            inner_iterations=nan,
-            time=nan,
-            stop=nan,
-            step_from=nan,
-            step_to=nan,
-        )
-
-
 class _ALState(eqx.Module):
     xs: Any
     us: jax.Array
     duals: Duals
     v: jax.Array  # largest constraint violation
     feasible: jax.Array
-    it: jax.Array  # outer iterations
     total: jax.Array  # inner iterations in total
     cost: jax.Array  # J without constraint terms
     result: jax.Array
     done: jax.Array
     K: jax.Array
     k: jax.Array
-    hist: ALHistory
+    warm: WarmStart  # the inner solver's warm start for its next solve (duals: None)
 
 
 def _violations(problem, xs, us):
@@ -857,7 +889,12 @@ def _max_violation(c, dtype):
     return v
 
 
-def _al_init(solver, problem, xs, us, feasible, max_outer, duals=None):
+def _inner_warm(warm: WarmStart) -> WarmStart:
+    """The inner solver's warm start without its duals (the outer loop sets them)."""
+    return WarmStart(warm.controls, None, warm.extra)
+
+
+def _al_init(solver, problem, xs, us, feasible, duals=None):
     dtype = problem.dtype
     N = problem.steps
     n = problem.chart.dim(problem.system, problem.state0)
@@ -868,25 +905,25 @@ def _al_init(solver, problem, xs, us, feasible, max_outer, duals=None):
         duals=zero_duals(problem, solver.penalty_init) if duals is None else duals,
         v=_max_violation(_violations(problem, xs, us), dtype),
         feasible=jnp.asarray(feasible),
-        it=jnp.zeros((), jnp.int32),
         total=jnp.zeros((), jnp.int32),
         cost=problem.cost(xs, us),
         result=jnp.asarray(CONSTRAINTS, jnp.int32),
         done=jnp.zeros((), bool),
         K=jnp.zeros((N, m, n), dtype),
         k=jnp.zeros((N, m), dtype),
-        hist=ALHistory.empty(max_outer, dtype),
+        warm=_inner_warm(solver.inner.warm_start(problem, us)),
     )
 
 
-def _al_step(solver, problem, c: _ALState) -> _ALState:
-    """One outer iteration: an inner solve with the current multipliers, then their update."""
+def _al_step(solver, problem, c: _ALState):
+    """One outer iteration: an inner solve with the current multipliers (through the driver,
+    from the inner solver's warm start), then their update; ``(state, record)``."""
     dtype = problem.dtype
     inner = solver.inner
-    max_outer = c.hist.max_iters
-    s = inner.init(problem, c.xs, c.us, c.feasible, solver.inner_iters, duals=c.duals, k=c.k)
-    s = iterate(problem, inner, s)
-    cons = _violations(problem, s.xs, s.us)
+    warm = WarmStart(c.warm.controls, c.duals, c.warm.extra)
+    sol = iterate(problem, inner, c.xs, c.us, c.feasible, solver.inner_iters, warm)
+    xs, us = sol.states, sol.controls
+    cons = _violations(problem, xs, us)
     v = _max_violation(cons, dtype)
     d = c.duals
     rho = d.penalty
@@ -900,46 +937,46 @@ def _al_step(solver, problem, c: _ALState) -> _ALState:
             v > 0.25 * c.v, jnp.minimum(rho * solver.penalty_factor, solver.penalty_max), rho
         ),
     )
-    ok_inner = s.result == SUCCESSFUL
+    # an inner solution whose gaps are still open reports an infinite violation
+    feasible = sol.violation < jnp.inf
+    ok_inner = sol.status == SUCCESSFUL
     met = v <= solver.constraint_tol
-    success = met & ok_inner & s.feasible
-    failed = (s.result == NONFINITE) | ((s.result == REG_LIMIT) & (rho >= solver.penalty_max))
+    success = met & ok_inner & feasible
+    failed = (sol.status == NONFINITE) | ((sol.status == REG_LIMIT) & (rho >= solver.penalty_max))
     result = jnp.where(
-        success, SUCCESSFUL, jnp.where(s.result == NONFINITE, NONFINITE, CONSTRAINTS)
+        success, SUCCESSFUL, jnp.where(sol.status == NONFINITE, NONFINITE, CONSTRAINTS)
     )
-    it = c.it
-    cost = problem.cost(s.xs, s.us)
-    last = jnp.maximum(s.it - 1, 0)
-    hist = c.hist.record(
-        it,
+    cost = problem.cost(xs, us)
+    _, stop, before, after = inner.last_iteration(sol)
+    record = dict(
         cost=cost,
         violation=v,
         penalty=rho,
-        inner_iterations=s.it.astype(dtype),
-        stop=s.hist.stop[last],
-        step_from=s.hist.cost[last],
-        step_to=s.cost,
+        inner_iterations=sol.iterations.astype(dtype),
+        stop=stop,
+        step_from=before,
+        step_to=after,
     )
     # keep the multipliers of the converged iterate (the KKT multipliers)
     duals = jax.tree_util.tree_map(lambda a, b: jnp.where(success, b, a), duals, d)
-    return _ALState(
-        xs=s.xs,
-        us=s.us,
+    state = _ALState(
+        xs=xs,
+        us=us,
         duals=duals,
         v=v,
-        feasible=s.feasible,
-        it=it + 1,
-        total=c.total + s.it,
+        feasible=feasible,
+        total=c.total + sol.iterations,
         cost=cost,
         result=result.astype(jnp.int32),
-        done=success | failed | (it + 1 >= max_outer),
-        K=s.K,
-        k=s.k,
-        hist=hist,
+        done=success | failed,
+        K=sol.K,
+        k=sol.k,
+        warm=_inner_warm(inner.warm_start_from(problem, sol)),
     )
+    return state, record
 
 
-def _al_postprocess(problem, c: _ALState) -> OCPSolution:
+def _al_postprocess(problem, c: _ALState, status, history) -> OCPSolution:
     return OCPSolution(
         times=_node_times(problem),
         states=c.xs,
@@ -948,8 +985,8 @@ def _al_postprocess(problem, c: _ALState) -> OCPSolution:
         k=c.k,
         cost=problem.cost(c.xs, c.us),
         violation=problem.violation(c.xs, c.us),
-        status=c.result,
+        status=status,
         iterations=c.total,
-        history=c.hist.as_dict(),
+        history=history.as_dict(),
         duals=c.duals,
     )
