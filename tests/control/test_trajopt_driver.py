@@ -227,6 +227,7 @@ def test_augmented_lagrangian_refuses_an_inner_solver_that_cannot_be_warm_starte
         AugmentedLagrangian(inner=AugmentedLagrangian())
 
 
+@pytest.mark.long  # ~20 s of compilation: the closed loop and the direct solves it is checked against
 def test_model_predictive_control_with_a_solver_of_its_own():
     """Three ticks of run_mpc (model = plant) equal direct solves from the states reached,
     each warm-started with the previous plan shifted by one node."""
