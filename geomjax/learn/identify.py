@@ -1111,6 +1111,77 @@ def normal_cg(jvp, vjp, b, mu, max_steps, tol=1e-3):
     return d, i
 
 
+#: power iterations on ``JᵀJ`` for the damping's scale of :func:`_lm_cg_run_program`
+POWER_STEPS = 20
+
+
+def _gradient_scale_step(jvp, vjp, r, lam, scale, first, max_steps, tol=1e-3):
+    """``(g, σ₁², δ, iterations)`` of one iteration of :func:`_lm_cg_run_program` in one loop
+    whose every pass applies the linearization's products once: the gradient ``g = Jᵀr``
+    (the first pass), then where ``first`` the largest eigenvalue ``σ₁²`` of ``JᵀJ`` by
+    :data:`POWER_STEPS` power iterations from a fixed random vector and a last product for
+    its Rayleigh quotient (otherwise ``scale`` is kept), then the step
+    ``(JᵀJ + λ σ₁² I) δ = −g`` by :func:`normal_cg`'s iteration (the same operations, to
+    ``max_steps`` iterations or a residual of ``tol |g|``).  As three loops (the gradient, the
+    power iteration and :func:`normal_cg`) the program held four copies of the transposed
+    products and three of the forward ones: on the learning guide's far-predicting potential
+    15 391 jaxpr equations against 7 937, and 1.4–1.5× the compile time."""
+    dtype = r.dtype
+    tiny = jnp.finfo(dtype).tiny
+    n = jax.eval_shape(vjp, r).shape[0]
+    v0 = jax.random.normal(jax.random.PRNGKey(1), (n,), dtype)
+    v0 = v0 / jnp.linalg.norm(v0)
+    n_power = jnp.where(first, POWER_STEPS + 1, 0)
+    zero = jnp.zeros((n,), dtype)
+
+    def cond(c):
+        j, _, _, _, _, _, _, rr, tol2, i = c
+        solving = (i < max_steps) & (rr > tol2)
+        return (j <= n_power) | solving
+
+    def body(c):
+        j, g, v, scale, d, res, p, rr, tol2, i = c
+        gradient = j == 0
+        power = (j >= 1) & (j <= n_power)
+        q = jnp.where(power, v, p)
+        w = vjp(jax.lax.cond(gradient, lambda: r, lambda: jvp(q)))
+        # the gradient; the conjugate gradients start from δ = 0, b = −g
+        g = jnp.where(gradient, w, g)
+        b = -w
+        # power iteration (the last pass: the Rayleigh quotient of the 20th iterate)
+        v_next = w / jnp.maximum(jnp.linalg.norm(w), tiny)
+        scale = jnp.where(power & (j == n_power), jnp.maximum(v @ w, tiny), scale)
+        v = jnp.where(power, v_next, v)
+        # a conjugate-gradient iteration (normal_cg's)
+        mu = lam * scale
+        Ap = w + mu * p
+        alpha = rr / jnp.maximum(p @ Ap, tiny)
+        res_n = res - alpha * Ap
+        rr_n = res_n @ res_n
+        solve = ~gradient & ~power
+        d = jnp.where(solve, d + alpha * p, d)
+        p = jnp.where(solve, res_n + (rr_n / jnp.maximum(rr, tiny)) * p, jnp.where(gradient, b, p))
+        res = jnp.where(solve, res_n, jnp.where(gradient, b, res))
+        rr = jnp.where(solve, rr_n, jnp.where(gradient, b @ b, rr))
+        tol2 = jnp.where(gradient, (tol * jnp.linalg.norm(b)) ** 2, tol2)
+        return j + 1, g, v, scale, d, res, p, rr, tol2, i + solve.astype(i.dtype)
+
+    init = (
+        jnp.asarray(0),
+        zero,
+        v0,
+        scale,
+        zero,
+        zero,
+        zero,
+        jnp.asarray(1.0, dtype),
+        jnp.asarray(0.0, dtype),
+        jnp.asarray(0),
+    )
+    _, g, _, scale, d, _, _, _, _, i = jax.lax.while_loop(cond, body, init)
+    return g, scale, d, i
+
+
 def levenberg_marquardt_cg(
     x0, weight, max_steps, rtol, atol, args, cg_steps=50, history=0, starts=None, cols=None
 ):
@@ -1189,17 +1260,6 @@ def _lm_cg_run_program(
         vjp = jax.linear_transpose(jvp, z0)
         return r, jvp, lambda u: vjp(u)[0]
 
-    def power(jvp, vjp):
-        """σ₁² of ``J`` by power iteration on ``JᵀJ`` (the damping's scale)."""
-
-        def it(_, v):
-            w = vjp(jvp(v))
-            return w / jnp.maximum(jnp.linalg.norm(w), jnp.finfo(dtype).tiny)
-
-        v = jax.random.normal(jax.random.PRNGKey(1), (n_act,), dtype)
-        v = jax.lax.fori_loop(0, 20, it, v / jnp.linalg.norm(v))
-        return jnp.maximum(v @ vjp(jvp(v)), jnp.finfo(dtype).tiny)
-
     inf = jnp.asarray(jnp.inf, dtype)
     init = (
         x0,  # accepted point
@@ -1242,11 +1302,10 @@ def _lm_cg_run_program(
         x = jnp.where(ok, xt, x)
         cost = jnp.where(ok, cost_t, cost)
         r, jvp, vjp = linear(x)
-        g = vjp(r)
-        # the scale once, at the start (the same linearization as the steps': one copy of it)
-        scale = jax.lax.cond(first, lambda: power(jvp, vjp), lambda: scale)
+        # the gradient, the scale (once, at the start) and the step in one loop: one copy of
+        # the linearization's products in the program
+        g, scale, dx, i = _gradient_scale_step(jvp, vjp, r, lam, scale, first, cg_steps)
         mu = lam * scale
-        dx, i = normal_cg(jvp, vjp, -g, mu, cg_steps)
         # the damped model's predicted decrease, −gᵀδ − ½|Jδ|², with JᵀJδ ≈ −g − μδ
         pred = -0.5 * (g @ dx) + 0.5 * mu * (dx @ dx)
         converged_here = ~first & (lam <= 1e-3) & (pred <= rtol * cost + atol)
