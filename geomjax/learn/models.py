@@ -781,7 +781,8 @@ def _continued_program(y, starts, args):
     return [(d.reshape(-1), x.reshape(-1)) for d, x in parts]
 
 
-_continued = top_level_options(_continued_program, small_loops=True)
+# the legacy emitters, as the solvers' programs (restart="motion": once per fit)
+_continued = top_level_options(_continued_program, LEGACY_EMITTERS, small_loops=True)
 
 
 def _stage_start(pb, y, n_theta, starts, restart):
