@@ -743,13 +743,20 @@ def fit_parameters(
         # shooting slow Levenberg–Marquardt down from a poor start; relax them first
         n_seg_cont = sum(t["S"] > 1 for t in tables)
         weights = [w for w in (10.0, 100.0) if n_seg_cont and w < continuity_weight]
-        flat, num_steps = flat0, 0
+        flat, num_steps, capped_at = flat0, 0, None
         for w in [*weights, continuity_weight]:
             # one compiled program for every stage and every fit of the same structure
             flat, r_all, J, converged, k, why, _ = levenberg_marquardt(
                 flat, jnp.asarray(w, dtype), max_steps - num_steps, rtol, atol, pb.args
             )
             num_steps += k
+            if num_steps >= max_steps and capped_at is None:
+                capped_at = w
+        if not converged and why.startswith("max_iters="):
+            # the cap is the whole continuation's: name it, and the stage that used it up
+            why = f"max_iters={max_steps} reached"
+            if capped_at is not None and capped_at != continuity_weight:
+                why += f" at continuity weight {capped_at:g} of {continuity_weight:g}"
     else:
         if isinstance(solver, optx.AbstractMinimiser):
             sol = optx.minimise(

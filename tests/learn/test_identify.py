@@ -132,6 +132,12 @@ def test_non_convergence_is_visible(small):
     assert res.status == Status.MAX_ITERS and res.stop_reason == "max_iters"
     with pytest.raises(FitError, match="did not converge"):
         res.check()
+    # multiple shooting: the cap is the whole continuation's (its first stage took it all)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=1, segment_length=10)
+    assert res.status == Status.MAX_ITERS and res.iterations == 1
+    assert "max_iters=1 reached at continuity weight 10 of 1000" in res.message
 
 
 @pytest.mark.parametrize(
