@@ -281,6 +281,105 @@ def test_configuration_dependent_inertia_identified_from_dop853_records():
     assert abs(a - 0.3) < 3 * std and abs(a - 0.3) < 0.03 * 0.3
 
 
+_SYM = np.zeros((6, 3, 3))
+for _k, (_a, _b) in enumerate([(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]):
+    _SYM[_k, _a, _b] = _SYM[_k, _b, _a] = 1.0
+
+
+def _sphere_polynomials(z):
+    """A basis of the polynomials of degree ≤ 2 restricted to the unit sphere (9 functions:
+    the spherical harmonics of degrees 0, 1 and 2 in real Cartesian form)."""
+    z1, z2, z3 = z[..., 0], z[..., 1], z[..., 2]
+    one = jnp.ones_like(z1)
+    return jnp.stack(
+        [one, z1, z2, z3, z1 * z2, z1 * z3, z2 * z3, z1**2 - z2**2, 3 * z3**2 - 1], axis=-1
+    )
+
+
+class _PolynomialInertia(eqx.Module):
+    """``I(R) = I0 + Σ_kj c_kj f_j(Rᵀe₃) S_k``: the 6 symmetric matrix units ``S_k`` times the
+    9 polynomials ``f_j`` of degree ≤ 2 on the sphere — a model linear in its 54 coefficients."""
+
+    c: jax.Array  # (6, 9)
+
+    def __call__(self, R):
+        f = _sphere_polynomials(R[2])
+        return jnp.asarray(I0, R.dtype) + jnp.einsum(
+            "kj,j,kab->ab", self.c, f, jnp.asarray(_SYM, R.dtype)
+        )
+
+
+def _tilt_coefficients(a):
+    """``a zzᵀ`` in the basis of :func:`_sphere_polynomials` (``z`` a unit vector):
+    ``z₁² = ⅓ + ½(z₁² − z₂²) − ⅙(3z₃² − 1)`` and its cyclic companions."""
+    c = np.zeros((6, 9))
+    c[0, [0, 7, 8]] = [1 / 3, 1 / 2, -1 / 6]
+    c[1, [0, 7, 8]] = [1 / 3, -1 / 2, -1 / 6]
+    c[2, [0, 8]] = [1 / 3, 1 / 3]
+    c[3, 4] = c[4, 5] = c[5, 6] = 1.0
+    return a * c
+
+
+@pytest.mark.long
+def test_polynomial_inertia_recovered_over_the_sphere_from_dop853_records():
+    """The whole attitude-dependent inertia, not one parameter: eight 2-s records of the top with
+    ``I(R) = I0 + 0.3 zzᵀ`` (DOP853; noise 1e-4 rad, 1e-3 rad/s) identify the 54 coefficients of
+    a model linear in them (``I0`` + symmetric matrices × polynomials of degree ≤ 2 of ``z``,
+    a span that holds the truth) from zero: ``I(z)`` within 1.5 % everywhere on the sphere, also
+    far from the recorded attitudes (measured: 0.33 % median, 0.53 % max, 33 iterations; the prior
+    ``I0`` alone is 15 % off), every coefficient determined (full-rank Jacobian)."""
+    from geomjax.learn import Recording, fit_parameters
+    from geomjax.learn.reference import noisy
+
+    true = _TiltInertia(jnp.asarray(0.3))
+    np.testing.assert_allclose(  # the closed-form coefficients hold the truth
+        _PolynomialInertia(jnp.asarray(_tilt_coefficients(0.3)))(R0), true(R0), atol=1e-14
+    )
+    rhs = jax.jit(reference_rhs(true, TOP))
+    rng = np.random.default_rng(0)
+    ts = np.arange(41) * 0.05
+    data = []
+    for _ in range(8):
+        R0_ = np.asarray(gj.SO3.exp(jnp.asarray(1.2 * rng.standard_normal(3))))
+        W0_ = 1.5 * rng.standard_normal(3)
+        sol = scipy_integrate.solve_ivp(
+            lambda t, y: np.asarray(rhs(t, jnp.asarray(y))),
+            (0.0, ts[-1]),
+            np.concatenate([R0_.reshape(-1), W0_]),
+            method="DOP853",
+            rtol=1e-12,
+            atol=1e-12,
+            t_eval=ts,
+        )
+        R, W = sol.y.T[:, :9].reshape(-1, 3, 3), sol.y.T[:, 9:]
+        data.append(Recording(ts, noisy(R, 1e-4, rng), xi=W + 1e-3 * rng.standard_normal(W.shape)))
+    model = GroupLagrangianSystem(gj.SO3, _PolynomialInertia(jnp.zeros((6, 9))), TOP)
+    res = fit_parameters(
+        model,
+        data,
+        lambda s: s.inertia.c,
+        kinds="free",
+        substeps=2,
+        noise=1e-4,
+        velocity_noise=1e-3,
+        segment_length=10,
+        max_iters=50,
+    )
+    assert res.converged and res.rank_ratio > 1e-6
+    u = np.random.default_rng(1).standard_normal((500, 3))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    F = np.asarray(_sphere_polynomials(jnp.asarray(u)))  # (500, 9)
+    c_fit, c_true = np.asarray(res.values[0]), _tilt_coefficients(0.3)
+    dI = np.einsum("kj,nj,kab->nab", c_fit - c_true, F, _SYM)
+    I_true = I0 + 0.3 * np.einsum("na,nb->nab", u, u)
+    err = np.linalg.norm(dI, axis=(1, 2)) / np.linalg.norm(I_true, axis=(1, 2))
+    assert np.median(err) < 0.01 and np.max(err) < 0.015
+    # the residuals at the noise level but for the integrator's bias (h = 0.025 against exact
+    # records; measured sigma 2.4): a model class that missed the inertia leaves far more (21
+    # for a truth 1.1 % outside this span)
+    assert res.sigma < 5
+
+
 def _central(f, g, G, eps):
     """Central differences ``d/dε f(g exp(εη))`` along the basis of the Lie algebra, by the
     group's exponential (the system differentiates through the Cayley map)."""
