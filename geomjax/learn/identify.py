@@ -745,11 +745,15 @@ def fit_parameters(
         weights = [w for w in (10.0, 100.0) if n_seg_cont and w < continuity_weight]
         flat, num_steps, capped_at = flat0, 0, None
         for w in [*weights, continuity_weight]:
-            # one compiled program for every stage and every fit of the same structure
+            # one compiled program for every stage and every fit of the same structure; a
+            # stage left without budget still evaluates the residuals and the Jacobian at its
+            # weight (the first iteration evaluates the start and takes no step): the cost, the
+            # covariance and the rank below are the last stage's, never the loop's zero init
+            budget = max_steps - num_steps
             flat, r_all, J, converged, k, why, _ = levenberg_marquardt(
-                flat, jnp.asarray(w, dtype), max_steps - num_steps, rtol, atol, pb.args
+                flat, jnp.asarray(w, dtype), max(budget, 1), rtol, atol, pb.args
             )
-            num_steps += k
+            num_steps += min(k, max(budget, 0))
             if num_steps >= max_steps and capped_at is None:
                 capped_at = w
         if not converged and why.startswith("max_iters="):

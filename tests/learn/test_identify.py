@@ -138,6 +138,13 @@ def test_non_convergence_is_visible(small):
         res = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=1, segment_length=10)
     assert res.status == Status.MAX_ITERS and res.iterations == 1
     assert "max_iters=1 reached at continuity weight 10 of 1000" in res.message
+    # the cost and the covariance are those of the last stage's residuals at the point reached,
+    # not of a stage that ran no iteration (whose residuals and Jacobian were zeros)
+    one = fit_parameters(guess(), data, WHERE, noise=1e-3, max_iters=0, segment_length=10)
+    assert res.cost > 0 and np.isfinite(res.sigma) and res.sigma > 0
+    assert np.all(np.isfinite(res.covariance)) and np.any(res.covariance != 0)
+    # one iteration only evaluates the start (it takes no step): the same point as no iteration
+    assert one.iterations == 0 and one.cost == res.cost
 
 
 @pytest.mark.parametrize(
