@@ -293,3 +293,17 @@ def test_the_driver_stops_a_step_that_leaves_a_nonfinite_cost():
     assert np.all(np.isnan(np.asarray(sol.history["cost"])))
     with pytest.raises(ValueError, match="after 2 iterations"):
         solve_ocp(_problem(), GradientSteps(), max_iters=10, progress=False)
+
+
+class EarlierProtocol(GradientSteps):
+    """A solver of the earlier protocol: ``step`` returns the state alone."""
+
+    def step(self, problem, s):
+        return super().step(problem, s)[0]
+
+
+def test_the_driver_names_a_step_of_the_earlier_protocol():
+    problem = _problem().prepared()
+    us = jnp.zeros((H, 3))
+    with pytest.raises(TypeError, match=r"EarlierProtocol\.step must return \(state, record\)"):
+        iterate(problem, EarlierProtocol(), problem.rollout(us), us, True, 3)

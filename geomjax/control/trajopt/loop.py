@@ -105,7 +105,14 @@ def iterate(problem, solver, xs, us, feasible, max_iters: int, warm=None, monito
         return ~done & (c.it < max_iters) & c.finite
 
     def body(c):
-        s1, record = solver.step(problem, c.state)
+        out = solver.step(problem, c.state)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(
+                f"{type(solver).__name__}.step must return (state, record), got "
+                f"{type(out).__name__}: a solver written for the earlier protocol (step returning "
+                "the state, init taking max_iters) needs the changes of the extending guide"
+            )
+        s1, record = out
         history = c.history.record(c.it, **_checked_record(solver, c.history, record))
         cost = _cost(solver, s1)
         if monitor:
