@@ -106,6 +106,13 @@ _PRIMITIVE_CASES = {
         ),
         lambda r: (r.normal(size=(2, 3)), r.integers(-9, 9, size=(4,)).astype(np.int32)),
     ),
+    "reshape with a permutation (the JVP of a product over a non-leading axis)": (
+        lambda x, t: (
+            jax.lax.reshape(x, (4, 3), dimensions=(1, 0)),
+            jax.jvp(lambda a: jnp.prod(a, axis=1), (x,), (t,)),
+        ),
+        lambda r: (r.normal(size=(3, 4)), r.normal(size=(3, 4))),
+    ),
     "split, stack, transpose, squeeze": (
         lambda x: (
             jnp.split(x, [1, 3], axis=1)[1].T,

@@ -83,6 +83,12 @@ def _dot_general(lhs, rhs, dimension_numbers, preferred_element_type=None, **_):
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 
+def _reshape(x, new_sizes, dimensions=None, **_):
+    # ``dimensions``: a permutation applied before the row-major reshape (JAX's forward-mode rule
+    # of ``reduce_prod`` over a non-leading axis emits one)
+    return np.reshape(x if dimensions is None else np.transpose(x, dimensions), new_sizes)
+
+
 def _slice(x, start_indices, limit_indices, strides=None, **_):
     strides = strides or (1,) * x.ndim
     return x[tuple(slice(a, b, s) for a, b, s in zip(start_indices, limit_indices, strides))]
@@ -222,7 +228,7 @@ _WITH_PARAMS = {
     "select_n": _select_n,
     "clamp": lambda lo, x, hi: np.clip(x, lo, hi),
     "broadcast_in_dim": _broadcast_in_dim,
-    "reshape": lambda x, new_sizes, dimensions=None, **_: np.reshape(x, new_sizes),
+    "reshape": _reshape,
     "squeeze": lambda x, dimensions: np.squeeze(x, axis=tuple(dimensions)),
     "expand_dims": lambda x, dimensions: np.expand_dims(x, tuple(dimensions)),
     "transpose": lambda x, permutation: np.transpose(x, permutation),

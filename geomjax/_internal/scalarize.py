@@ -417,6 +417,15 @@ def _broadcast_in_dim(ev, eqn, ins):
 
 
 def _reshape(ev, eqn, ins):
+    # ``dimensions`` (a permutation applied before the row-major reshape) is set by JAX's own
+    # rules, e.g. the forward-mode rule of ``reduce_prod`` over a non-leading axis
+    x, perm = ins[0], eqn.params.get("dimensions")
+    if perm is not None:
+        x = np.transpose(x, perm)
+    return x.reshape(_out(eqn)[1])
+
+
+def _squeeze(ev, eqn, ins):
     return ins[0].reshape(_out(eqn)[1])
 
 
@@ -459,7 +468,7 @@ _RULES = {
     **inline_calls(_CALLS),
     "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape,
-    "squeeze": _reshape,
+    "squeeze": _squeeze,
     "transpose": lambda ev, eqn, ins: np.transpose(ins[0], eqn.params["permutation"]),
     "rev": lambda ev, eqn, ins: np.flip(ins[0], eqn.params["dimensions"]),
     "slice": _slice,
