@@ -216,6 +216,27 @@ def test_reshape_with_a_permutation():
     )
 
 
+def test_a_parameter_no_rule_reads_is_not_scalarized():
+    """A structural primitive with a parameter its rule does not read (one it was not written
+    for, or one a later JAX adds) is :class:`Unsupported` (``scalarize`` then uses the array
+    program) instead of being evaluated as if the parameter were absent."""
+    from jax.extend import core as jex_core
+
+    from geomjax._internal.scalarize import scalarized_jaxpr_eval
+
+    x = jnp.arange(6.0).reshape(2, 3)
+    closed = jax.make_jaxpr(lambda x: jnp.sum(jnp.sin(x).T, axis=1))(x)
+    np.testing.assert_allclose(scalarized_jaxpr_eval(closed, [x])[0], np.sin(x).sum(0))
+    for primitive in ("transpose", "reduce_sum"):
+        eqns = [
+            e.replace(params={**e.params, "unread": 1}) if e.primitive.name == primitive else e
+            for e in closed.jaxpr.eqns
+        ]
+        changed = jex_core.ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), closed.consts)
+        with pytest.raises(Unsupported, match=f"{primitive} with the parameters"):
+            scalarized_jaxpr_eval(changed, [x])
+
+
 def test_pytrees_modules_and_static_leaves():
     sleigh = gj.ChaplyginSleigh(1.3, 0.4, 0.25)
     s = sleigh.state(omega=1.5, v=-0.4)
