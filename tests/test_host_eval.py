@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend import core as jex_core
 
 import geomjax as gj
 from geomjax._internal import host_eval as _host_eval
@@ -105,6 +106,13 @@ _PRIMITIVE_CASES = {
             jax.lax.reduce_min(i[:0], axes=(0,)) == jnp.iinfo(i.dtype).max,
         ),
         lambda r: (r.normal(size=(2, 3)), r.integers(-9, 9, size=(4,)).astype(np.int32)),
+    ),
+    "reshape with a permutation (the JVP of a product over a non-leading axis)": (
+        lambda x, t: (
+            jax.lax.reshape(x, (4, 3), dimensions=(1, 0)),
+            jax.jvp(lambda a: jnp.prod(a, axis=1), (x,), (t,)),
+        ),
+        lambda r: (r.normal(size=(3, 4)), r.normal(size=(3, 4))),
     ),
     "split, stack, transpose, squeeze": (
         lambda x: (
@@ -233,6 +241,29 @@ def test_unsupported_large_and_weakly_typed_programs_are_compiled():
     weak = quick_compiled(lambda x: jnp.asarray(2.0))
     out, n = _count_compiles(lambda: weak(small))
     assert n == 1 and out.weak_type and out == 2.0
+
+
+def _with_unknown_parameter(closed, primitive):
+    """``closed`` with a parameter no rule reads added to the equations of ``primitive``."""
+    jaxpr = closed.jaxpr.replace(
+        eqns=[
+            e.replace(params={**e.params, "unread": 1}) if e.primitive.name == primitive else e
+            for e in closed.jaxpr.eqns
+        ]
+    )
+    return jex_core.ClosedJaxpr(jaxpr, closed.consts)
+
+
+def test_a_parameter_no_rule_reads_is_not_interpreted():
+    """A structural primitive with a parameter its rule does not read (one it was not written
+    for, or one a later JAX adds) raises :class:`Unsupported` (the caller compiles) instead of
+    being evaluated as if the parameter were absent."""
+    x = np.arange(6.0).reshape(2, 3)
+    closed = jax.make_jaxpr(lambda x: jnp.sin(x).T.reshape(6))(x)
+    np.testing.assert_allclose(_host_eval.evaluate(closed, [x])[0], np.sin(x).T.reshape(6))
+    for primitive in ("transpose", "reshape"):
+        with pytest.raises(_host_eval.Unsupported, match=f"{primitive} with the parameters"):
+            _host_eval.evaluate(_with_unknown_parameter(closed, primitive), [x])
 
 
 def test_host_results_keep_dtype_and_a_failed_check_still_raises():

@@ -182,6 +182,61 @@ def test_unstack_of_a_vector_and_fallback_when_the_scalarizer_fails(monkeypatch)
         jax.jit(scalarize(g, strict=True))(q)
 
 
+def test_reshape_with_a_permutation():
+    """``reshape`` with ``dimensions`` (transpose, then reshape), which JAX's forward-mode rule of
+    a product over a non-leading axis emits: a Jacobian of monomials ``prod_j z_j^e_kj``
+    written with float exponents, against the same monomials written with integer powers
+    (array program) and a direct ``lax.reshape``."""
+    E = np.array([[1.0, 0.0, 1.0], [0.0, 2.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 2.0]])
+
+    def monomials(z):
+        return jnp.prod(z[None, :] ** jnp.asarray(E, z.dtype), axis=1)
+
+    def by_hand(z):
+        return jnp.stack([z[0] ** int(a) * z[1] ** int(b) * z[2] ** int(c) for a, b, c in E])
+
+    z = jnp.asarray([0.6, -0.7, 0.4])
+    f = jax.jacfwd(monomials)
+    assert any(
+        e.primitive.name == "reshape" and e.params["dimensions"] is not None
+        for e in jax.make_jaxpr(f)(z).jaxpr.eqns
+    )
+    np.testing.assert_allclose(
+        jax.jit(scalarize(f, strict=True))(z), jax.jacfwd(by_hand)(z), rtol=1e-14, atol=1e-15
+    )
+    x = jnp.arange(24.0).reshape(2, 3, 4)
+
+    def g(x):
+        return jax.lax.reshape(jnp.sin(x), (4, 6), dimensions=(2, 0, 1))
+
+    np.testing.assert_allclose(
+        jax.jit(scalarize(g, strict=True, max_size=24))(x),
+        np.sin(np.transpose(np.asarray(x), (2, 0, 1))).reshape(4, 6),
+        rtol=1e-15,
+    )
+
+
+def test_a_parameter_no_rule_reads_is_not_scalarized():
+    """A structural primitive with a parameter its rule does not read (one it was not written
+    for, or one a later JAX adds) is :class:`Unsupported` (``scalarize`` then uses the array
+    program) instead of being evaluated as if the parameter were absent."""
+    from jax.extend import core as jex_core
+
+    from geomjax._internal.scalarize import scalarized_jaxpr_eval
+
+    x = jnp.arange(6.0).reshape(2, 3)
+    closed = jax.make_jaxpr(lambda x: jnp.sum(jnp.sin(x).T, axis=1))(x)
+    np.testing.assert_allclose(scalarized_jaxpr_eval(closed, [x])[0], np.sin(x).sum(0))
+    for primitive in ("transpose", "reduce_sum"):
+        eqns = [
+            e.replace(params={**e.params, "unread": 1}) if e.primitive.name == primitive else e
+            for e in closed.jaxpr.eqns
+        ]
+        changed = jex_core.ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), closed.consts)
+        with pytest.raises(Unsupported, match=f"{primitive} with the parameters"):
+            scalarized_jaxpr_eval(changed, [x])
+
+
 def test_pytrees_modules_and_static_leaves():
     sleigh = gj.ChaplyginSleigh(1.3, 0.4, 0.25)
     s = sleigh.state(omega=1.5, v=-0.4)

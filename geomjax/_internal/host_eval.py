@@ -10,8 +10,8 @@ program dispatches in ~10 µs, the interpreter takes ~0.1–1 ms).
 Scope.  Only primitives with an exact NumPy counterpart (elementwise arithmetic, comparisons,
 selects, reductions, reshapes, slices, ``dot_general``, nested ``jit`` and custom-derivative
 calls, ``cond`` and ``while``) are interpreted; any other primitive (gathers, callbacks such as
-``equinox.error_if``'s, random numbers …) raises :class:`Unsupported` and the caller compiles the
-program as before.  Every result is cast to the dtype the jaxpr declares, so float32 programs
+``equinox.error_if``'s, random numbers …), or a primitive with a parameter its rule does not
+read, raises :class:`Unsupported` and the caller compiles the program as before.  Every result is cast to the dtype the jaxpr declares, so float32 programs
 stay float32.  Transcendental functions come from the platform's libm instead of XLA's
 polynomial approximations: results agree to a few ulp (property-tested against the compiled
 programs), not bitwise.
@@ -21,6 +21,8 @@ table of NumPy rules.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 from jax.extend import core as jex_core
@@ -81,6 +83,12 @@ def _dot_general(lhs, rhs, dimension_numbers, preferred_element_type=None, **_):
     spec = f"{''.join(lsub)},{''.join(rsub)}->{''.join(batch + lfree + rfree)}"
     out = np.einsum(spec, lhs, rhs)
     return out if preferred_element_type is None else out.astype(preferred_element_type)
+
+
+def _reshape(x, new_sizes, dimensions=None, **_):
+    # ``dimensions``: a permutation applied before the row-major reshape (JAX's forward-mode rule
+    # of ``reduce_prod`` over a non-leading axis emits one)
+    return np.reshape(x if dimensions is None else np.transpose(x, dimensions), new_sizes)
 
 
 def _slice(x, start_indices, limit_indices, strides=None, **_):
@@ -222,7 +230,7 @@ _WITH_PARAMS = {
     "select_n": _select_n,
     "clamp": lambda lo, x, hi: np.clip(x, lo, hi),
     "broadcast_in_dim": _broadcast_in_dim,
-    "reshape": lambda x, new_sizes, dimensions=None, **_: np.reshape(x, new_sizes),
+    "reshape": _reshape,
     "squeeze": lambda x, dimensions: np.squeeze(x, axis=tuple(dimensions)),
     "expand_dims": lambda x, dimensions: np.expand_dims(x, tuple(dimensions)),
     "transpose": lambda x, permutation: np.transpose(x, permutation),
@@ -274,9 +282,24 @@ def _without_params(name, fn):
     return rule
 
 
+#: parameters a rule may take without reading them: hints and layouts that do not change values
+_VALUE_NEUTRAL = {"weak_type", "precision", "indices_are_sorted", "unique_indices"}
+
+
 def _with_params(fn):
+    # the parameters the rule names; any other (one the rule was not written for, or one a later
+    # JAX adds) is not interpreted rather than swallowed by ``**_`` and read as if absent
+    named = {
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+
     def rule(interp, eqn, invals):
         kept = {k: v for k, v in eqn.params.items() if k not in _IGNORED_PARAMS}
+        unread = set(kept) - named - _VALUE_NEUTRAL
+        if unread:
+            raise Unsupported(f"{eqn.primitive.name} with the parameters {sorted(unread)}")
         return fn(*invals, **kept)
 
     return rule

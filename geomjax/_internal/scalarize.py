@@ -25,9 +25,10 @@ indices become the selections they are).  The outputs are joined by one fused ke
 * Every transformation applies to the result (it is ordinary JAX code): ``jit``, ``vmap``,
   ``jvp``, ``grad``.  Derivatives are those of the same primitives.
 * Programs with primitives that have no scalar form here (loops, ``cond``, custom derivative
-  rules, sorting, data-dependent indexing, non-constant integer arithmetic on indices) are not
-  scalarized: :func:`scalarize` falls back to ``fun`` itself (checked at trace time), so it is
-  always safe to apply.
+  rules, sorting, data-dependent indexing, non-constant integer arithmetic on indices, a
+  structural primitive with a parameter its rule does not read) are not scalarized:
+  :func:`scalarize` falls back to ``fun`` itself (checked at trace time), so it is always safe
+  to apply.
 * The scalar program of a function that is a value (an equinox module with hashable fields, a
   function without a closure) is cached per shapes, dtypes and static arguments: the same
   residual traced again (inside a Newton loop and at its root, in another compilation of the
@@ -417,6 +418,15 @@ def _broadcast_in_dim(ev, eqn, ins):
 
 
 def _reshape(ev, eqn, ins):
+    # ``dimensions`` (a permutation applied before the row-major reshape) is set by JAX's own
+    # rules, e.g. the forward-mode rule of ``reduce_prod`` over a non-leading axis
+    x, perm = ins[0], eqn.params.get("dimensions")
+    if perm is not None:
+        x = np.transpose(x, perm)
+    return x.reshape(_out(eqn)[1])
+
+
+def _squeeze(ev, eqn, ins):
     return ins[0].reshape(_out(eqn)[1])
 
 
@@ -454,12 +464,47 @@ def _cumulative(op):
     return rule
 
 
-_RULES = {
-    **dict.fromkeys(_ELEMENTWISE, _elementwise),
-    **inline_calls(_CALLS),
+# The parameters that the rules below which do not bind the primitive read, per primitive
+# (shardings, and dot_general's precision and preferred type — the output's dtype is read from
+# its aval — do not change the values).  Any other parameter, one a rule was not written for or
+# one a later JAX adds, makes the primitive Unsupported (the array program is used) rather than
+# being read as if it were absent.
+_VALUE_NEUTRAL = frozenset({"sharding", "out_sharding"})
+_READS = {
+    "broadcast_in_dim": {"shape", "broadcast_dimensions"},
+    "reshape": {"new_sizes", "dimensions"},
+    "squeeze": {"dimensions"},
+    "transpose": {"permutation"},
+    "rev": {"dimensions"},
+    "slice": {"start_indices", "limit_indices", "strides"},
+    "concatenate": {"dimension"},
+    "stack": {"axis"},
+    "unstack": {"axis"},
+    "split": {"sizes", "axis"},
+    "iota": {"dtype", "shape", "dimension"},
+    "pad": {"padding_config"},
+    "dot_general": {"dimension_numbers", "precision", "preferred_element_type"},
+    **dict.fromkeys(_REDUCERS, frozenset({"axes"})),
+    **dict.fromkeys(_CUMULATIVE, frozenset({"axis", "reverse"})),
+}
+
+
+def _reading_only(name, rule):
+    known = _READS[name] | _VALUE_NEUTRAL
+
+    def checked(ev, eqn, ins):
+        unread = set(eqn.params) - known
+        if unread:
+            raise Unsupported(f"{name} with the parameters {sorted(unread)}")
+        return rule(ev, eqn, ins)
+
+    return checked
+
+
+_STRUCTURAL = {
     "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape,
-    "squeeze": _reshape,
+    "squeeze": _squeeze,
     "transpose": lambda ev, eqn, ins: np.transpose(ins[0], eqn.params["permutation"]),
     "rev": lambda ev, eqn, ins: np.flip(ins[0], eqn.params["dimensions"]),
     "slice": _slice,
@@ -477,8 +522,13 @@ _RULES = {
         ins[0], ins[1], eqn.params["dimension_numbers"], eqn.outvars[0].aval
     ),
     **{name: _reducer(op) for name, op in _REDUCERS.items()},
-    **dict.fromkeys(_INDEXING, lambda ev, eqn, ins: ev.indexing(eqn, ins)),
     **{name: _cumulative(op) for name, op in _CUMULATIVE.items()},
+}
+_RULES = {
+    **dict.fromkeys(_ELEMENTWISE, _elementwise),  # (bind the primitive with its parameters)
+    **inline_calls(_CALLS),
+    **dict.fromkeys(_INDEXING, lambda ev, eqn, ins: ev.indexing(eqn, ins)),  # (bind, too)
+    **{name: _reading_only(name, rule) for name, rule in _STRUCTURAL.items()},
 }
 _Evaluator.rules = _RULES
 

@@ -442,3 +442,50 @@ def test_configuration_force_and_discrete_momenta_against_central_differences(gr
         d2 = _central(lambda q, g=g: L_d(g, q), g1, G, 1e-6)
         np.testing.assert_allclose(p_plus, -d1, atol=1e-7 * (1 + np.abs(d1).max()))
         np.testing.assert_allclose(p_minus, d2, atol=1e-7 * (1 + np.abs(d2).max()))
+
+
+# monomials of degree 1 and 2 in z = R[2]: exponents (9, 3)
+_EXP = np.array([e for e in np.ndindex(3, 3, 3) if sum(e) in (1, 2)], dtype=float)
+_SYM = np.zeros((6, 3, 3))
+for _k, (_a, _b) in enumerate([(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]):
+    _SYM[_k, _a, _b] = _SYM[_k, _b, _a] = 1.0
+
+
+class _MonomialInertia(eqx.Module):
+    """``I(R) = I0 + Σ_kj C_kj m_j(z) S_k``, ``z = R[2]``, the monomials ``m_j`` written with float
+    exponents (``jnp.prod(z ** e, axis=1)``) or with integer powers."""
+
+    c: jax.Array
+    float_exponents: bool = eqx.field(static=True)
+
+    def __call__(self, R):
+        z = R[2]
+        if self.float_exponents:
+            m = jnp.prod(z[None, :] ** jnp.asarray(_EXP, z.dtype), axis=1)
+        else:
+            m = jnp.stack([z[0] ** int(a) * z[1] ** int(b) * z[2] ** int(c) for a, b, c in _EXP])
+        return jnp.asarray(I0, R.dtype) + jnp.einsum("kj,j,kab->ab", self.c, m, jnp.asarray(_SYM))
+
+
+def test_monomial_inertia_with_float_exponents_steps_as_with_integer_powers():
+    """The same inertia written with float exponents (whose forward-mode derivative reshapes
+    with a permutation) and with integer powers: the same steps to round-off, and the same as
+    the array program's (``scalarize=False``), from a state where ``z`` has negative entries."""
+    c = jnp.asarray(0.1 * np.random.default_rng(0).normal(size=(6, len(_EXP))))
+    g0 = gj.SO3.exp(jnp.array([0.3, -1.1, 2.0]))
+    assert np.asarray(g0[2]).min() < 0
+    v0 = jnp.array([0.5, -1.0, 1.5])
+    out = {}
+    for name, floats, method in [
+        ("float", True, gj.NonholonomicVI()),
+        ("int", False, gj.NonholonomicVI()),
+        ("float, array program", True, gj.NonholonomicVI(scalarize=False)),
+    ]:
+        sys = GroupLagrangianSystem(gj.SO3, _MonomialInertia(c, floats), TOP)
+        sol = gj.simulate(sys, method, sys.state_from_velocity(g0, v0), 0.025, 3)
+        assert float(sol.max_residual) < 1e-13
+        out[name] = sol.states
+    assert np.abs(out["int"].v[-1] - v0).max() > 0.05  # the steps move
+    for name in ("float", "float, array program"):
+        np.testing.assert_allclose(out[name].g, out["int"].g, atol=1e-13)
+        np.testing.assert_allclose(out[name].v, out["int"].v, atol=1e-12)
