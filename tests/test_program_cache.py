@@ -10,29 +10,13 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax_events import TRACE, count_events
 
 from geomjax._internal import program_cache
 from geomjax._internal.aot import CompiledPrograms
 from geomjax._internal.eager import HOST_CALLS, quick_compiled
 from geomjax._internal.program_cache import ProgramCache
 from geomjax._internal.scalarize import scalarize
-
-_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
-
-
-def _count_traces(fn):
-    events = []
-
-    def listener(name, duration, **kwargs):
-        if name == _TRACE_EVENT:
-            events.append(duration)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        out = jax.block_until_ready(fn())
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    return out, len(events)
 
 
 def test_lru_eviction_misses_where_functools_lru_cache_misses():
@@ -91,7 +75,7 @@ def test_clear_all_empties_every_table_and_the_next_call_traces_again():
     x = jnp.array([0.25, -0.5, 1.5, 0.125, 3.0])  # a shape no other test of f uses: fresh counts
     for _ in range(HOST_CALLS + 1):  # host evaluations, then the compiled program
         f(x)
-    _, traces = _count_traces(lambda: f(x))
+    _, traces = count_events(lambda: f(x), TRACE)
     assert traces == 0  # compiled and dispatched: nothing traced
 
     y = jnp.array([0.5, 2.0])
@@ -103,19 +87,23 @@ def test_clear_all_empties_every_table_and_the_next_call_traces_again():
     programs = CompiledPrograms(lambda w, a: jnp.cos(a) * w)
     programs.prepare((jnp.array(2.0),))
     spec = jax.ShapeDtypeStruct((3,), jnp.float64)
-    _count_traces(lambda: programs.program("sig", spec)(programs.leaves, jnp.ones(3)))
-    _, traces = _count_traces(lambda: programs.program("sig", spec)(programs.leaves, jnp.ones(3)))
+    count_events(lambda: programs.program("sig", spec)(programs.leaves, jnp.ones(3)), TRACE)
+    _, traces = count_events(
+        lambda: programs.program("sig", spec)(programs.leaves, jnp.ones(3)), TRACE
+    )
     assert traces == 0 and len(programs.compiled) == 1
 
     assert any(len(t) for t in program_cache.tables())
     program_cache.clear_all()
     assert all(len(t) == 0 for t in program_cache.tables())
 
-    out, traces = _count_traces(lambda: f(x))  # the host tier again: its jaxpr traced again
+    out, traces = count_events(lambda: f(x), TRACE)  # the host tier again: its jaxpr traced again
     assert traces >= 1
     np.testing.assert_allclose(out, np.tanh(np.asarray(x)) * 2.0 + 1.0, rtol=1e-15)
     jax.jit(lambda a, b: scalarize(_traced_once)(a, b))(y, y)
     assert len(_TRACED) == 2  # the scalar program was built again
-    out, traces = _count_traces(lambda: programs.program("sig", spec)(programs.leaves, jnp.ones(3)))
+    out, traces = count_events(
+        lambda: programs.program("sig", spec)(programs.leaves, jnp.ones(3)), TRACE
+    )
     assert traces >= 1 and len(programs.compiled) == 1
     np.testing.assert_allclose(out, 2.0 * np.cos(np.ones(3)), rtol=1e-15)

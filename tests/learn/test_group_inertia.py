@@ -89,6 +89,36 @@ def dop853(rhs, R0, W0, T):
     return y[:9].reshape(3, 3), y[9:]
 
 
+def dop853_records(inertia, n, samples, attitude, rate, noise, velocity_noise, dt=0.05):
+    """``n`` records of the top ``TOP`` with ``inertia``, ``samples`` samples ``dt`` apart, by
+    the hand-written continuous equations and SciPy DOP853 (tolerance 1e-12), from random
+    attitudes (rotation vectors ``attitude·N(0, 1)``) and rates (``rate·N(0, 1)``), with
+    orientation noise ``noise`` and velocity noise ``velocity_noise`` (a generator seeded 0)."""
+    from geomjax.learn import Recording
+    from geomjax.learn.reference import noisy
+
+    rhs = jax.jit(reference_rhs(inertia, TOP))
+    rng = np.random.default_rng(0)
+    ts = np.arange(samples) * dt
+    data = []
+    for _ in range(n):
+        R0 = np.asarray(gj.SO3.exp(jnp.asarray(attitude * rng.standard_normal(3))))
+        W0 = rate * rng.standard_normal(3)
+        sol = scipy_integrate.solve_ivp(
+            lambda t, y: np.asarray(rhs(t, jnp.asarray(y))),
+            (0.0, ts[-1]),
+            np.concatenate([R0.reshape(-1), W0]),
+            method="DOP853",
+            rtol=1e-12,
+            atol=1e-12,
+            t_eval=ts,
+        )
+        R, W = sol.y.T[:, :9].reshape(-1, 3, 3), sol.y.T[:, 9:]
+        xi = W + velocity_noise * rng.standard_normal(W.shape)
+        data.append(Recording(ts, noisy(R, noise, rng), xi=xi))
+    return data
+
+
 R0 = gj.SO3.exp(jnp.array([0.7, -0.3, 0.2]))
 W0 = jnp.array([0.5, 1.0, -0.4])
 
@@ -245,27 +275,9 @@ def test_configuration_dependent_inertia_identified_from_dop853_records():
     equations, DOP853; orientation noise 1e-3 rad, velocity noise 1e-2 rad/s): fit_parameters,
     through NonholonomicVI, recovers ``a`` within three of its standard deviations and 3 %
     (measured: 0.2997 ± 0.0032)."""
-    from geomjax.learn import Recording, fit_parameters
-    from geomjax.learn.reference import noisy
+    from geomjax.learn import fit_parameters
 
-    rhs = jax.jit(reference_rhs(_TiltInertia(jnp.asarray(0.3)), TOP))
-    rng = np.random.default_rng(0)
-    ts = np.arange(21) * 0.05
-    data = []
-    for _ in range(3):
-        R0 = np.asarray(gj.SO3.exp(jnp.asarray(0.8 * rng.standard_normal(3))))
-        W0 = rng.standard_normal(3)
-        sol = scipy_integrate.solve_ivp(
-            lambda t, y: np.asarray(rhs(t, jnp.asarray(y))),
-            (0.0, ts[-1]),
-            np.concatenate([R0.reshape(-1), W0]),
-            method="DOP853",
-            rtol=1e-12,
-            atol=1e-12,
-            t_eval=ts,
-        )
-        R, W = sol.y.T[:, :9].reshape(-1, 3, 3), sol.y.T[:, 9:]
-        data.append(Recording(ts, noisy(R, 1e-3, rng), xi=W + 1e-2 * rng.standard_normal(W.shape)))
+    data = dop853_records(_TiltInertia(jnp.asarray(0.3)), 3, 21, 0.8, 1.0, 1e-3, 1e-2)
     model = GroupLagrangianSystem(gj.SO3, _TiltInertia(jnp.asarray(0.1)), TOP)
     res = fit_parameters(
         model,
@@ -328,31 +340,13 @@ def test_polynomial_inertia_recovered_over_the_sphere_from_dop853_records():
     a span that holds the truth) from zero: ``I(z)`` within 1.5 % everywhere on the sphere, also
     far from the recorded attitudes (measured: 0.33 % median, 0.53 % max, 33 iterations; the prior
     ``I0`` alone is 15 % off), every coefficient determined (full-rank Jacobian)."""
-    from geomjax.learn import Recording, fit_parameters
-    from geomjax.learn.reference import noisy
+    from geomjax.learn import fit_parameters
 
     true = _TiltInertia(jnp.asarray(0.3))
     np.testing.assert_allclose(  # the closed-form coefficients hold the truth
         _PolynomialInertia(jnp.asarray(_tilt_coefficients(0.3)))(R0), true(R0), atol=1e-14
     )
-    rhs = jax.jit(reference_rhs(true, TOP))
-    rng = np.random.default_rng(0)
-    ts = np.arange(41) * 0.05
-    data = []
-    for _ in range(8):
-        R0_ = np.asarray(gj.SO3.exp(jnp.asarray(1.2 * rng.standard_normal(3))))
-        W0_ = 1.5 * rng.standard_normal(3)
-        sol = scipy_integrate.solve_ivp(
-            lambda t, y: np.asarray(rhs(t, jnp.asarray(y))),
-            (0.0, ts[-1]),
-            np.concatenate([R0_.reshape(-1), W0_]),
-            method="DOP853",
-            rtol=1e-12,
-            atol=1e-12,
-            t_eval=ts,
-        )
-        R, W = sol.y.T[:, :9].reshape(-1, 3, 3), sol.y.T[:, 9:]
-        data.append(Recording(ts, noisy(R, 1e-4, rng), xi=W + 1e-3 * rng.standard_normal(W.shape)))
+    data = dop853_records(true, 8, 41, 1.2, 1.5, 1e-4, 1e-3)
     model = GroupLagrangianSystem(gj.SO3, _PolynomialInertia(jnp.zeros((6, 9))), TOP)
     res = fit_parameters(
         model,

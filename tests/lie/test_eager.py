@@ -7,27 +7,11 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax_events import count_events
 
 from geomjax._internal.eager import HOST_CALLS
 from geomjax.lie import SE3, SO3, Rn
 from geomjax.lie.base import EAGER_JIT_METHODS
-
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-def _count_compiles(fn):
-    events = []
-
-    def listener(name, duration, **kwargs):
-        if name == _COMPILE_EVENT:
-            events.append(duration)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        out = jax.block_until_ready(fn())
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    return out, len(events)
 
 
 @pytest.mark.parametrize(
@@ -44,9 +28,9 @@ def test_eager_calls_run_on_the_host_then_compile_one_program(group, method, n_a
     args = args[:n_args]
     call = lambda: getattr(group, method)(*args)  # noqa: E731
     # the first calls of a signature are evaluated by NumPy from the jaxpr: nothing compiles
-    host = [_count_compiles(call) for _ in range(HOST_CALLS)]
+    host = [count_events(call) for _ in range(HOST_CALLS)]
     assert [n for _, n in host] == [0] * HOST_CALLS
-    compiled, n = _count_compiles(call)  # then one program for this method and shape
+    compiled, n = count_events(call)  # then one program for this method and shape
     assert n == 1, n
     # the same numbers as the function traced into a caller's jit: the compiled program to
     # round-off, the host's libm to a few ulp of the O(1) entries
@@ -55,7 +39,7 @@ def test_eager_calls_run_on_the_host_then_compile_one_program(group, method, n_a
     for out, _ in host:
         assert out.dtype == ref.dtype and out.shape == ref.shape
         np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)
-    _, again = _count_compiles(call)
+    _, again = count_events(call)
     assert again == 0
 
 
