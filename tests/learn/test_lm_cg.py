@@ -14,13 +14,10 @@ from geomjax.results import Status
 from .test_fit_model import KW, own_records, student, teacher
 
 
-def test_cg_step_equals_the_dense_solve():
-    """The residuals of a small two-layer tanh network on 80 inputs (40 unknowns): the step
-    ``(JᵀJ + μ I)⁻¹ b`` from products with the linearization only (``jax.linearize`` and its
-    transpose) equals the dense solve with the Jacobian by ``jax.jacfwd``, to round-off, at a
-    damping of 10⁻³ and 10⁻⁶ of the largest eigenvalue of ``JᵀJ``; a cap on the iterations is
-    honoured."""
-    rng = np.random.default_rng(0)
+def _network_residuals(seed):
+    """The residuals of a 3-8-1 tanh network fitted to ``sin(x·a)`` at 80 random points, and a
+    random start of its 40 weights."""
+    rng = np.random.default_rng(seed)
     X = jnp.asarray(rng.standard_normal((80, 3)))
     target = jnp.sin(X @ jnp.asarray([1.0, -0.5, 0.3]))
     y0 = jnp.asarray(0.5 * rng.standard_normal(40))
@@ -28,6 +25,17 @@ def test_cg_step_equals_the_dense_solve():
     def fn(y):
         W1, b1, w2 = y[:24].reshape(3, 8), y[24:32], y[32:]
         return jnp.tanh(X @ W1 + b1) @ w2 - target
+
+    return fn, y0
+
+
+def test_cg_step_equals_the_dense_solve():
+    """The residuals of a small two-layer tanh network on 80 inputs (40 unknowns): the step
+    ``(JᵀJ + μ I)⁻¹ b`` from products with the linearization only (``jax.linearize`` and its
+    transpose) equals the dense solve with the Jacobian by ``jax.jacfwd``, to round-off, at a
+    damping of 10⁻³ and 10⁻⁶ of the largest eigenvalue of ``JᵀJ``; a cap on the iterations is
+    honoured."""
+    fn, y0 = _network_residuals(0)
 
     @jax.jit
     def cg_step(y, mu, cap):
@@ -55,14 +63,7 @@ def test_one_loop_gradient_scale_and_step():
     eigenvalue of ``JᵀJ`` by the power iterations written out as their own loop, the step
     :func:`normal_cg`'s at that damping, to round-off; without ``first`` the scale passed in is
     kept, and the cap on the iterations is honoured."""
-    rng = np.random.default_rng(1)
-    X = jnp.asarray(rng.standard_normal((80, 3)))
-    target = jnp.sin(X @ jnp.asarray([1.0, -0.5, 0.3]))
-    y0 = jnp.asarray(0.5 * rng.standard_normal(40))
-
-    def fn(y):
-        W1, b1, w2 = y[:24].reshape(3, 8), y[24:32], y[32:]
-        return jnp.tanh(X @ W1 + b1) @ w2 - target
+    fn, y0 = _network_residuals(1)
 
     def products(y):
         r, jvp = jax.linearize(fn, y)
