@@ -14,7 +14,7 @@ import geomjax as gj
 from geomjax._internal import host_eval as _host_eval
 from geomjax._internal.eager import EAGER_COMPILER_OPTIONS, quick_compiled
 from geomjax.lie.base import EAGER_JIT_METHODS
-from tests.lie.test_eager import _count_compiles
+from tests.jax_events import count_events
 
 
 def _both(fn, *args):
@@ -224,22 +224,22 @@ def _check_group_method(group, method, dtype):
 def test_unsupported_large_and_weakly_typed_programs_are_compiled():
     cumsum = quick_compiled(lambda x: jnp.cumsum(x) * 2.0)  # no NumPy rule for cumsum
     x = np.arange(7.0)
-    out, n = _count_compiles(lambda: cumsum(x))
+    out, n = count_events(lambda: cumsum(x))
     assert n == 1
     np.testing.assert_array_equal(out, 2 * np.cumsum(x))
     big = quick_compiled(lambda x: x * 2.0)
     large = np.ones(_host_eval.MAX_ELEMENTS + 1)
-    out, n = _count_compiles(lambda: big(large))
+    out, n = count_events(lambda: big(large))
     assert n == 1
     np.testing.assert_array_equal(out, 2 * large)
     small = np.ones(5)
-    out, n = _count_compiles(lambda: big(small))
+    out, n = count_events(lambda: big(small))
     assert n == 0 and isinstance(out, jax.Array)
     np.testing.assert_array_equal(out, 2 * small)
     # a weakly typed output (a Python constant made an array): the host's device_put would make
     # it strongly typed, so it is compiled at once, and keeps JAX's weak type
     weak = quick_compiled(lambda x: jnp.asarray(2.0))
-    out, n = _count_compiles(lambda: weak(small))
+    out, n = count_events(lambda: weak(small))
     assert n == 1 and out.weak_type and out == 2.0
 
 

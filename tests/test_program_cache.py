@@ -10,13 +10,13 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax_events import TRACE, count_events
 
 from geomjax._internal import program_cache
 from geomjax._internal.aot import CompiledPrograms
 from geomjax._internal.eager import HOST_CALLS, quick_compiled
 from geomjax._internal.program_cache import ProgramCache
 from geomjax._internal.scalarize import scalarize
+from tests.jax_events import TRACE, count_events
 
 
 def test_lru_eviction_misses_where_functools_lru_cache_misses():

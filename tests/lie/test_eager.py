@@ -7,11 +7,11 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax_events import count_events
 
 from geomjax._internal.eager import HOST_CALLS
 from geomjax.lie import SE3, SO3, Rn
 from geomjax.lie.base import EAGER_JIT_METHODS
+from tests.jax_events import count_events
 
 
 @pytest.mark.parametrize(

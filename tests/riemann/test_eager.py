@@ -10,7 +10,7 @@ import pytest
 import geomjax as gj
 from geomjax import riemann
 from geomjax._internal.eager import HOST_CALLS
-from tests.lie.test_eager import _count_compiles
+from tests.jax_events import count_events
 
 
 def _torus(q):
@@ -33,14 +33,14 @@ def test_eager_calls_run_on_the_host_then_compile_one_program(name, extra):
     # the first calls are evaluated by NumPy from the jaxpr (the metric's checks pass, so
     # equinox's error callback is never reached): nothing compiles
     for _ in range(HOST_CALLS):
-        out, n = _count_compiles(lambda: fn(metric, *args))
+        out, n = count_events(lambda: fn(metric, *args))
         assert n == 0, n
         np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)  # libm against XLA: a few ulp
-    out, n = _count_compiles(lambda: fn(metric, *args))
+    out, n = count_events(lambda: fn(metric, *args))
     # then one program, plus at most one for equinox's runtime-check callback (op by op: ~48)
     assert 1 <= n <= 2, n
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)
-    _, again = _count_compiles(lambda: fn(metric, *args))
+    _, again = count_events(lambda: fn(metric, *args))
     assert again == 0
 
 
