@@ -187,7 +187,7 @@ def test_a_solver_of_its_own_reaches_the_optimum_through_the_driver(free):
     at_ilqr = central_differences(np.asarray(free.controls))  # not zero there: the test bites
     assert np.abs(grad).max() < 1e-7 < np.abs(at_ilqr).max()
     n = int(sol.iterations)
-    assert 1 <= n < 30
+    assert n >= 1 and n < 30  # iterations run: at least one, well inside the cap
     hist = {k: np.asarray(v) for k, v in sol.history.items()}
     assert set(hist) == {"cost", "step", "stop", "time"}
     assert np.all(np.isfinite(hist["cost"][:n])) and np.all(np.isnan(hist["cost"][n:]))
